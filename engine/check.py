@@ -1,0 +1,64 @@
+"""The invariant checker behind Engine.check and ``ghostless check``.
+
+A scan of each queue's index; fine for an operator's check or a test, never
+used on a hot path.
+"""
+from __future__ import annotations
+
+from .states import DEADLINE_SET, State, TERMINAL
+
+SETS = ("dispatch", "leases", "retries", "expiry")
+CHUNK = 500
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def check(engine) -> list[str]:
+    problems: list[str] = []
+    for queue in engine.queues():
+        problems += _check_queue(engine, queue)
+    return problems
+
+
+def _check_queue(engine, queue: str) -> list[str]:
+    r, k = engine.redis, engine.keys
+    problems: list[str] = []
+    members = {name: {_s(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
+               for name in SETS}
+    ids = [_s(m) for m in r.zrange(k.queue_key(queue, "index"), 0, -1)]
+    scanned = {s.value: 0 for s in State}
+    seen = set()
+    for start in range(0, len(ids), CHUNK):
+        chunk = ids[start:start + CHUNK]
+        pipe = r.pipeline(transaction=False)
+        for tid in chunk:
+            pipe.hmget(k.task(tid).task, "status", "lease_until", "attempt_deadline", "stage_deadline",
+                       "token", "attempt")
+        for tid, row in zip(chunk, pipe.execute()):
+            seen.add(tid)
+            status, lease_until, attempt_dl, stage_dl, token, attempt = (_s(x) for x in row)
+            if status is None:
+                problems.append(f"{tid}: in the index but its hash is gone")
+                continue
+            scanned[status] = scanned.get(status, 0) + 1
+            where = [name for name in SETS if tid in members[name]]
+            expected = DEADLINE_SET.get(State(status), "expiry")
+            if where != [expected]:
+                problems.append(f"{tid}: {status} is in {where or 'no set'}, expected exactly [{expected}]")
+            if status == State.PROCESSING.value:
+                parts = [int(lease_until), int(attempt_dl)] + ([int(stage_dl)] if int(stage_dl or 0) else [])
+                score = members["leases"].get(tid)
+                if score is not None and int(score) != min(parts):
+                    problems.append(f"{tid}: lease score {int(score)} != deadline {min(parts)}")
+            if int(token or 0) < int(attempt or 0) and State(status) not in TERMINAL:
+                problems.append(f"{tid}: fencing token {token} below attempt {attempt}")
+    for name, m in members.items():
+        for tid in m.keys() - seen:
+            problems.append(f"{tid}: in the {name} set of queue {queue} but not a task of it")
+    counts = {_s(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "counts")).items()}
+    for state, n in scanned.items():
+        if counts.get(state, 0) != n:
+            problems.append(f"queue {queue}: counter {state}={counts.get(state, 0)} but a scan finds {n}")
+    return problems

@@ -1,0 +1,51 @@
+"""Engine settings: retention, caps and timings, in one documented place."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DAY = 24 * 3600
+
+
+@dataclass(frozen=True)
+class Config:
+    """Durations are in seconds (floats allowed); scripts receive milliseconds.
+
+    Attributes:
+        retention: how long a terminal task (hash, args, result, history) is kept
+            before the sweeper deletes it.
+        idempotency_ttl: how long an idempotency key names its task. Must not
+            exceed ``retention``, so a key never outlives its task.
+        stream_maxlen: approximate cap of each queue's event stream (XADD MAXLEN ~).
+        history_maxlen: cap of each task's own history list.
+        dispatch_grace: a PENDING task whose executor job was never recorded
+            (the submitter crashed between the two) is re-dispatched after this.
+        requeue_after: a QUEUED task is checked by the sweeper after this long
+            (its executor job may have been lost).
+        max_args_bytes / max_result_bytes: size limits of the JSON blobs.
+    """
+
+    retention: float = 7 * DAY
+    idempotency_ttl: float = DAY
+    stream_maxlen: int = 10_000
+    history_maxlen: int = 100
+    dispatch_grace: float = 5.0
+    requeue_after: float = 300.0
+    max_args_bytes: int = 1 << 20
+    max_result_bytes: int = 1 << 20
+
+    def __post_init__(self):
+        if self.idempotency_ttl > self.retention:
+            raise ValueError("idempotency_ttl must not exceed retention (a key would outlive its task)")
+        for name in ("retention", "idempotency_ttl", "dispatch_grace", "requeue_after"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.stream_maxlen < 1 or self.history_maxlen < 1:
+            raise ValueError("stream_maxlen and history_maxlen must be at least 1")
+
+    def script_argv(self) -> list[int]:
+        """ARGV[1..4] of every script (lua/lib: CFG)."""
+        return [self.stream_maxlen, self.history_maxlen, ms(self.retention), ms(self.dispatch_grace)]
+
+
+def ms(seconds: float) -> int:
+    return int(round(seconds * 1000))

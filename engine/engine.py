@@ -1,0 +1,320 @@
+"""The Engine: the Python API over the task scripts.
+
+Every state change is one script call (engine/scripts.py). This module checks
+input, builds keys, and turns replies into Task, Lease and Event objects.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import uuid
+from typing import Any, Callable
+
+import redis as redis_lib
+
+from . import check as check_mod
+from . import stats as stats_mod
+from . import sweep as sweep_mod
+from .config import Config, ms
+from .dispatch import Dispatcher, NullDispatcher
+from .errors import Code, IdempotencyConflict, TaskNotFound
+from .keys import Keys, new_task_id, parse_task_id
+from .models import Event, Lease, Task
+from .registry import Registry, TaskType, as_backoff
+from .scripts import Scripts
+from .server import check_server
+from .states import State
+
+MAX_TEXT = 1024  # owner, idempotency key, reason, message
+
+
+class Engine:
+    """A ghostless engine bound to one Redis and one namespace.
+
+    Args:
+        redis: a redis-py client (``decode_responses`` either way) or fakeredis.
+        namespace: prefix of every key (``gl`` -> ``gl:{queue}:...``).
+        config: retention, caps and timings (engine/config.py).
+        dispatcher: the executor hook (engine/dispatch.py); none leaves tasks PENDING.
+        strict: raise instead of warning when Redis may evict keys.
+    """
+
+    def __init__(self, redis, namespace: str = "gl", config: Config | None = None,
+                 dispatcher: Dispatcher | None = None, strict: bool = False, check: bool = True):
+        self.redis = redis
+        self.keys = Keys(namespace)
+        self.config = config or Config()
+        self.registry = Registry()
+        self.dispatcher = dispatcher or NullDispatcher()
+        self.scripts = Scripts(redis, self.config)
+        self._known_queues: set[str] = set()
+        if check:
+            check_server(redis, strict=strict)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs) -> "Engine":
+        return cls(redis_lib.Redis.from_url(url), **kwargs)
+
+    # -- registry ---------------------------------------------------------------------------------
+    def task(self, name: str | None = None, *, queue: str = "default", timeout: float = 600.0,
+             lease: float = 15.0, max_attempts: int = 3, backoff=None, stages=None,
+             permanent_errors=()) -> Callable:
+        """Decorator registering a task type (the allowlist of what may be submitted and run)."""
+
+        def register(fn: Callable) -> Callable:
+            self.registry.add(TaskType(
+                name=name or fn.__name__, fn=fn, queue=queue, timeout=timeout, lease=lease,
+                max_attempts=max_attempts, backoff=as_backoff(backoff), stages=dict(stages or {}),
+                permanent_errors=tuple(permanent_errors)))
+            return fn
+
+        return register
+
+    def queues(self) -> list[str]:
+        """Every queue with registered types or submitted tasks."""
+        found = {q.decode() if isinstance(q, bytes) else q for q in self.redis.smembers(self.keys.queues())}
+        return sorted(found | set(self.registry.queues()))
+
+    # -- client calls -----------------------------------------------------------------------------
+    def submit(self, type: str, args: dict | None = None, *, owner: str, idempotency_key: str | None = None,
+               priority: int = 0, delay: float = 0) -> Task:
+        """Create a task in PENDING (or return the one its idempotency key names).
+
+        Args:
+            type: a registered task type. args: a JSON object (<= Config.max_args_bytes).
+            owner: who owns the task; idempotency keys are scoped to the owner.
+            delay: seconds before it may be dispatched.
+
+        Returns: the new Task, or the existing one for a replayed idempotency key.
+
+        Raises: UnknownTaskType, ValueError (bad input), IdempotencyConflict (same key, other args).
+
+        Redis keys: the task's keys, its queue's sets/stream/counters, the idempotency key.
+        """
+        tt = self.registry.get(type)
+        args_json = self._args_json({} if args is None else args)
+        owner = _text("owner", owner)
+        if idempotency_key is not None:
+            idempotency_key = _text("idempotency_key", idempotency_key)
+        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 1_000_000:
+            raise ValueError("priority must be an integer within +-1,000,000")
+        delay_ms = _duration_ms("delay", delay)
+        task_id = new_task_id(tt.queue)
+        self._remember_queue(tt.queue)
+        digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
+        idem = self.keys.idempotency(tt.queue, owner, idempotency_key) if idempotency_key else None
+        reply = self.scripts.submit(self.keys.task(task_id), idem, [
+            task_id, tt.name, owner, args_json, digest, tt.max_attempts, ms(tt.lease), ms(tt.timeout),
+            priority, delay_ms, tt.backoff.spec(), ms(self.config.idempotency_ttl), idempotency_key or "",
+            tt.queue])
+        code, found_id = reply[0], reply[1]
+        if code == Code.IDEMPOTENCY_CONFLICT:
+            raise IdempotencyConflict(idempotency_key, found_id)
+        if code == Code.REPLAYED:
+            return self._require(found_id)
+        now = int(reply[2]) / 1000
+        task = Task(id=task_id, type=tt.name, queue=tt.queue, owner=owner, status=State.PENDING,
+                    max_attempts=tt.max_attempts, args=json.loads(args_json), created_at=now, updated_at=now,
+                    version=1, priority=priority, idempotency_key=idempotency_key or "")
+        if delay_ms == 0 and self.dispatcher.active:
+            self.dispatch(task_id, tt)
+            task.status, task.version = State.QUEUED, 2
+        return task
+
+    def dispatch(self, task_id: str, task_type: TaskType | None = None) -> str:
+        """Hand a PENDING task to the executor, then record PENDING -> QUEUED. Returns the dispatch id.
+
+        A crash between the two leaves the task in the ``dispatch`` set: the sweeper
+        dispatches it again, and the claim refuses whichever delivery is not current.
+        """
+        tt = task_type or self.registry.get(self._hget(task_id, "type"))
+        dispatch_id = uuid.uuid4().hex
+        self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, 0, tt.timeout)
+        self.scripts.dispatch(self.keys.task(task_id), task_id, dispatch_id, ms(self.config.requeue_after))
+        return dispatch_id
+
+    def get(self, task_id: str, owner: str | None = None) -> Task | None:
+        """The task, or None when it does not exist (or belongs to another owner than ``owner``)."""
+        if parse_task_id(task_id) is None:
+            return None
+        k = self.keys.task(task_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hgetall(k.task).get(k.args).get(k.result)
+        h, args, result = pipe.execute()
+        if not h:
+            return None
+        task = Task.from_redis(h, args, result)
+        if owner is not None and task.owner != owner:
+            return None
+        return task
+
+    def history(self, task_id: str) -> list[Event]:
+        """The task's transitions, stages and refused stale calls, oldest first (capped)."""
+        if parse_task_id(task_id) is None:
+            return []
+        return [Event.from_json(e) for e in self.redis.lrange(self.keys.task(task_id).history, 0, -1)]
+
+    def checkpoints(self, task_id: str) -> dict[str, Any]:
+        """Values saved by ctx.checkpoint in any attempt of the task."""
+        if parse_task_id(task_id) is None:
+            return {}
+        raw = self.redis.hgetall(self.keys.task(task_id).checkpoints)
+        return {(k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()}
+
+    def cancel(self, task_id: str, *, by: str, admin: bool = False, reason: str = "") -> None:
+        """Cancel a task that has not ended. Raises TaskNotFound (also for another owner's task),
+        IllegalTransition (already ended). Cancelling a cancelled task is a no-op."""
+        by = _text("by", by)
+        self.scripts.manage("cancel", self._keys(task_id), task_id, by, "1" if admin else "0",
+                            _text("reason", reason or f"cancelled by {by}"))
+
+    def edit(self, task_id: str, args: dict, *, by: str, admin: bool = False) -> Task:
+        """Atomically cancel a task that has not ended and submit its replacement with ``args``.
+
+        Returns the new task. Raises TaskNotFound, IllegalTransition, ValueError.
+        """
+        by = _text("by", by)
+        args_json = self._args_json(args)
+        old_keys = self._keys(task_id)
+        new_id = new_task_id(parse_task_id(task_id))
+        reply = self.scripts.manage("edit", [*old_keys, *self.keys.task(new_id)], task_id,
+                                    by, "1" if admin else "0", new_id, args_json)
+        new_id = reply[1]
+        if self.dispatcher.active:
+            self.dispatch(new_id)
+        return self._require(new_id)
+
+    def retry(self, task_id: str, *, by: str, admin: bool = False) -> None:
+        """Reopen a FAILED or TIMEOUT task (attempts start again); audited in its history."""
+        by = _text("by", by)
+        self.scripts.manage("retry", self._keys(task_id), task_id, by, "1" if admin else "0", uuid.uuid4().hex)
+        if self.dispatcher.active:
+            self.dispatch(task_id)
+
+    # -- worker calls -----------------------------------------------------------------------------
+    def claim(self, task_id: str, worker: str, dispatch_id: str = "") -> Lease:
+        """Take the task's lease for a new attempt.
+
+        Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch (a delivery
+        of an old dispatch), UnknownTaskType (the type is not registered here).
+        """
+        worker = _text("worker", worker)
+        types = "," + ",".join(t.name for t in self.registry) + ","
+        reply = self.scripts.claim(self._keys(task_id), task_id, worker, uuid.uuid4().hex, dispatch_id, types)
+        return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
+                     type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]))
+
+    def heartbeat(self, lease: Lease) -> float:
+        """Extend the lease. Returns seconds until the task's earliest deadline.
+        Raises LeaseLost, or TaskCancelled (a LeaseLost) when the task was cancelled."""
+        reply = self._holder("heartbeat", lease, ms(lease.lease), lease.worker)
+        return int(reply[1]) / 1000
+
+    def stage(self, lease: Lease, name: str) -> None:
+        """Enter a declared stage; its deadline (if any) starts now. Raises ValueError, LeaseLost."""
+        timeout_ms = self.registry.get(lease.type).stage_timeout_ms(name)
+        self._holder("stage", lease, name, timeout_ms, lease.worker)
+
+    def progress(self, lease: Lease, fraction: float, message: str = "") -> None:
+        """Report progress (0..1) and a message. Raises ValueError, LeaseLost."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"progress must be a number within 0..1, got {fraction!r}")
+        self._holder("progress", lease, repr(float(fraction)), _text("message", message, empty=True), lease.worker)
+
+    def checkpoint(self, lease: Lease, key: str, value: Any) -> None:
+        """Save a JSON value that later attempts can read (Engine.checkpoints)."""
+        self._holder("checkpoint", lease, _text("checkpoint key", key), self._json("checkpoint", value),
+                     lease.worker)
+
+    def complete(self, lease: Lease, result: Any = None) -> State:
+        """Store the result; the task becomes SUCCESS. A repeat with the same lease is a no-op.
+        Raises ValueError (not JSON, too big), LeaseLost / TaskCancelled (never overwrites)."""
+        result_json = self._json("result", result, self.config.max_result_bytes)
+        return State(self._holder("complete", lease, result_json, lease.worker)[1])
+
+    def fail(self, lease: Lease, error_kind: str, reason: str = "", retryable: bool = True) -> State:
+        """End the attempt in failure: RETRY_WAITING (retryable, attempts left) or FAILED.
+        Error kinds the type declares permanent are never retried. Returns the new state."""
+        tt = self.registry.get(lease.type)
+        error_kind = _text("error_kind", error_kind)
+        retry = retryable and error_kind not in tt.permanent_errors
+        reply = self._holder("fail", lease, error_kind, _text("reason", reason, empty=True),
+                             "1" if retry else "0", random.random(), lease.worker)
+        return State(reply[1])
+
+    def release(self, lease: Lease, reason: str = "released") -> None:
+        """Give the task back to PENDING without consuming an attempt (graceful shutdown)."""
+        self._holder("release", lease, _text("reason", reason), lease.worker)
+        if self.dispatcher.active:
+            self.dispatch(lease.task_id)
+
+    # -- operations -------------------------------------------------------------------------------
+    def sweep(self, batch: int = 1000) -> "sweep_mod.SweepReport":
+        """One sweeper tick over every queue: expire, promote, re-dispatch, purge what is due."""
+        return sweep_mod.sweep(self, batch)
+
+    def stats(self) -> dict:
+        """Counts per queue and state, time in state, failure reasons, stale rejections."""
+        return stats_mod.stats(self)
+
+    def check(self) -> list[str]:
+        """Invariant violations found by a scan; an empty list when healthy."""
+        return check_mod.check(self)
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _holder(self, verb: str, lease: Lease, *argv) -> list:
+        return self.scripts.holder(verb, self.keys.task(lease.task_id), lease.task_id, lease.token, *argv)
+
+    def _keys(self, task_id: str):
+        if parse_task_id(task_id) is None:
+            raise TaskNotFound(str(task_id))
+        return self.keys.task(task_id)
+
+    def _hget(self, task_id: str, field: str) -> str:
+        value = self.redis.hget(self._keys(task_id).task, field)
+        if value is None:
+            raise TaskNotFound(task_id)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def _require(self, task_id: str) -> Task:
+        task = self.get(task_id)
+        if task is None:
+            raise TaskNotFound(task_id)
+        return task
+
+    def _remember_queue(self, queue: str) -> None:
+        if queue not in self._known_queues:
+            self.redis.sadd(self.keys.queues(), queue)
+            self._known_queues.add(queue)
+
+    def _args_json(self, args) -> str:
+        if not isinstance(args, dict):
+            raise ValueError(f"args must be a JSON object (dict), got {type(args).__name__}")
+        return self._json("args", args, self.config.max_args_bytes)
+
+    def _json(self, what: str, value, limit: int | None = None) -> str:
+        try:
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{what} is not JSON-serialisable: {e}") from None
+        limit = limit or self.config.max_args_bytes
+        if len(text.encode()) > limit:
+            raise ValueError(f"{what} is {len(text.encode())} bytes of JSON, over the limit of {limit}")
+        return text
+
+
+def _text(name: str, value, empty: bool = False) -> str:
+    if not isinstance(value, str) or (not empty and not value.strip()):
+        raise ValueError(f"{name} must be a non-empty string" if not empty else f"{name} must be a string")
+    if len(value) > MAX_TEXT:
+        raise ValueError(f"{name} is longer than {MAX_TEXT} characters")
+    return value
+
+
+def _duration_ms(name: str, seconds) -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or not 0 <= seconds <= 366 * 86400:
+        raise ValueError(f"{name} must be a number of seconds within 0..366 days, got {seconds!r}")
+    return ms(seconds)

@@ -1,0 +1,85 @@
+"""Script return codes and the typed exceptions they become.
+
+Scripts return ``{code, ...}``. Codes >= 0 are successes; negative codes are
+refusals. The loader hands ``Code`` to Lua as constants, so the numbers live
+only here.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Code(enum.IntEnum):
+    OK = 0
+    REPLAYED = 1  # the same call already took effect (idempotent repeat)
+    NOT_DUE = 2  # sweeper compare-and-set lost: nothing to do now
+    NOT_FOUND = -1
+    ILLEGAL_TRANSITION = -2
+    LEASE_LOST = -3  # stale fencing token, or the lease was taken away
+    CANCELLED = -4  # the task was cancelled under the lease holder
+    IDEMPOTENCY_CONFLICT = -5
+    WRONG_DISPATCH = -6  # a delivery of a dispatch that is no longer current
+    UNKNOWN_TYPE = -7  # the worker does not run this task type
+
+
+class GhostlessError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class UnknownTaskType(GhostlessError, ValueError):
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"unknown task type {name!r} (not registered with this engine)")
+
+
+class TaskNotFound(GhostlessError, LookupError):
+    def __init__(self, task_id: str):
+        self.task_id = task_id
+        super().__init__(f"task {task_id!r} not found")
+
+
+class IllegalTransition(GhostlessError):
+    def __init__(self, task_id: str, state: str, verb: str):
+        self.task_id, self.state, self.verb = task_id, state, verb
+        super().__init__(f"cannot {verb} task {task_id!r} in state {state}")
+
+
+class LeaseLost(GhostlessError):
+    """The caller no longer holds the task's lease; it must stop the work."""
+
+    def __init__(self, task_id: str, token: int, state: str = "", reason: str = "lease lost"):
+        self.task_id, self.token, self.state = task_id, token, state
+        super().__init__(f"{reason}: task {task_id!r} token {token} (task is {state or 'gone'})")
+
+
+class TaskCancelled(LeaseLost):
+    """The task was cancelled (or superseded by an edit) while leased."""
+
+    def __init__(self, task_id: str, token: int):
+        super().__init__(task_id, token, "CANCELLED", reason="task cancelled")
+
+
+class WrongDispatch(GhostlessError):
+    """A job delivered for a dispatch that is no longer current (duplicate delivery)."""
+
+    def __init__(self, task_id: str, dispatch_id: str):
+        self.task_id, self.dispatch_id = task_id, dispatch_id
+        super().__init__(f"dispatch {dispatch_id!r} of task {task_id!r} is not current")
+
+
+class IdempotencyConflict(GhostlessError):
+    def __init__(self, key: str, task_id: str):
+        self.key, self.task_id = key, task_id
+        super().__init__(f"idempotency key {key!r} was used for task {task_id!r} with other arguments")
+
+
+class PermanentError(GhostlessError):
+    """Raise from a task function to fail the task for good (no retry)."""
+
+    def __init__(self, message: str = "", kind: str = "permanent"):
+        self.kind = kind
+        super().__init__(message)
+
+
+class RedisSetupError(GhostlessError):
+    """The Redis server cannot run ghostless safely (version, eviction policy)."""

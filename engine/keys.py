@@ -1,0 +1,99 @@
+"""The one place that builds Redis key names.
+
+Every key of a queue shares the hash tag ``{queue}`` so each script touches a
+single slot (Redis Cluster ready). A task id carries its queue
+(``<queue>.<20 hex>``), so any task's keys can be built from its id alone.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from typing import NamedTuple
+
+_QUEUE_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ID_RE = re.compile(r"^([A-Za-z0-9_-]{1,64})\.([0-9a-f]{20})$")
+
+
+def valid_queue(name: str) -> bool:
+    return isinstance(name, str) and bool(_QUEUE_RE.match(name))
+
+
+def new_task_id(queue: str) -> str:
+    return f"{queue}.{secrets.token_hex(10)}"
+
+
+def parse_task_id(task_id: object) -> str | None:
+    """Return the queue of a well-formed task id, or None."""
+    if not isinstance(task_id, str):
+        return None
+    m = _ID_RE.match(task_id)
+    return m.group(1) if m else None
+
+
+class TaskKeys(NamedTuple):
+    """The keys every task script receives, in this order (KEYS[1..13]).
+
+    The loader hands the field order to Lua, so scripts name keys (``K.task``)
+    instead of counting.
+    """
+
+    task: str  # hash: the task's fields
+    args: str  # string: args JSON (kept out of the hash so it stays listpack)
+    result: str  # string: result JSON
+    history: str  # list: the task's own capped history (JSON entries)
+    checkpoints: str  # hash: checkpoint key -> JSON value, kept across attempts
+    events: str  # stream: the queue's capped event stream
+    counts: str  # hash: state -> number of tasks in it
+    stats: str  # hash: time in state, failure reasons, stale rejections
+    dispatch: str  # zset: PENDING/QUEUED tasks, scored by re-dispatch deadline (ms)
+    leases: str  # zset: PROCESSING tasks, scored by min(lease, stage, attempt deadline)
+    retries: str  # zset: RETRY_WAITING tasks, scored by next_retry_at
+    expiry: str  # zset: terminal tasks, scored by when the sweeper deletes them
+    index: str  # zset: every task of the queue, scored by creation time
+
+
+class Keys:
+    """Key names for one namespace."""
+
+    def __init__(self, namespace: str = "gl"):
+        if not valid_queue(namespace):
+            raise ValueError(f"namespace must match {_QUEUE_RE.pattern}, got {namespace!r}")
+        self.ns = namespace
+
+    def queue_prefix(self, queue: str) -> str:
+        return f"{self.ns}:{{{queue}}}"
+
+    def queue_key(self, queue: str, name: str) -> str:
+        return f"{self.queue_prefix(queue)}:{name}"
+
+    def task(self, task_id: str) -> TaskKeys:
+        queue = parse_task_id(task_id)
+        if queue is None:
+            raise ValueError(f"malformed task id {task_id!r}")
+        q = self.queue_prefix(queue)
+        t = f"{q}:task:{task_id}"
+        return TaskKeys(
+            task=t,
+            args=f"{t}:args",
+            result=f"{t}:result",
+            history=f"{t}:history",
+            checkpoints=f"{t}:checkpoints",
+            events=f"{q}:events",
+            counts=f"{q}:counts",
+            stats=f"{q}:stats",
+            dispatch=f"{q}:dispatch",
+            leases=f"{q}:leases",
+            retries=f"{q}:retries",
+            expiry=f"{q}:expiry",
+            index=f"{q}:index",
+        )
+
+    def idempotency(self, queue: str, owner: str, key: str) -> str:
+        # Hashed: owner and key are user input of any length and alphabet.
+        digest = hashlib.sha256(f"{owner}\0{key}".encode()).hexdigest()[:32]
+        return self.queue_key(queue, f"idem:{digest}")
+
+    def queues(self) -> str:
+        """Set of every queue name that has seen a task (outside any hash tag)."""
+        return f"{self.ns}:queues"

@@ -1,0 +1,135 @@
+"""What the engine hands back: Task, Lease and Event, parsed from Redis replies.
+
+Times are seconds since the epoch (floats), read from Redis server time.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .states import State
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else ("" if v is None else str(v))
+
+
+def _t(v) -> float | None:
+    v = _s(v)
+    return int(v) / 1000 if v not in ("", "0") else None
+
+
+def _i(v, default: int = 0) -> int:
+    v = _s(v)
+    return int(v) if v else default
+
+
+@dataclass
+class Task:
+    id: str
+    type: str
+    queue: str
+    owner: str
+    status: State
+    stage: str = ""
+    progress: float = 0.0
+    message: str = ""
+    attempt: int = 0
+    max_attempts: int = 1
+    args: Any = None
+    result: Any = None
+    error_kind: str = ""
+    reason: str = ""
+    created_at: float | None = None
+    updated_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    next_retry_at: float | None = None
+    worker: str = ""
+    supersedes: str = ""
+    superseded_by: str = ""
+    version: int = 0
+    priority: int = 0
+    idempotency_key: str = ""
+    token: int = 0
+    lease_deadline: float | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.terminal
+
+    @classmethod
+    def from_redis(cls, h: dict, args_json, result_json) -> "Task":
+        g = {_s(k): _s(v) for k, v in h.items()}
+        lease = None
+        if g.get("status") == "PROCESSING":
+            parts = [int(g[k]) for k in ("lease_until", "attempt_deadline", "stage_deadline") if g.get(k, "0") != "0"]
+            lease = min(parts) / 1000 if parts else None
+        return cls(
+            id=g["id"], type=g["type"], queue=g["queue"], owner=g["owner"], status=State(g["status"]),
+            stage=g.get("stage", ""), progress=float(g.get("progress") or 0), message=g.get("message", ""),
+            attempt=_i(g.get("attempt")), max_attempts=_i(g.get("max_attempts"), 1),
+            args=json.loads(args_json) if args_json else None,
+            result=json.loads(result_json) if result_json else None,
+            error_kind=g.get("error_kind", ""), reason=g.get("reason", ""),
+            created_at=_t(g.get("created_at")), updated_at=_t(g.get("updated_at")),
+            started_at=_t(g.get("started_at")), finished_at=_t(g.get("finished_at")),
+            next_retry_at=_t(g.get("next_retry_at")), worker=g.get("worker", ""),
+            supersedes=g.get("supersedes", ""), superseded_by=g.get("superseded_by", ""),
+            version=_i(g.get("version")), priority=_i(g.get("priority")),
+            idempotency_key=g.get("idempotency_key", ""), token=_i(g.get("token")), lease_deadline=lease,
+        )
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["status"] = self.status.value
+        return d
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof of holding a task's lease. Every lease-holder call carries it."""
+
+    task_id: str
+    token: int
+    attempt: int
+    args: Any
+    type: str
+    worker: str
+    lease: float  # seconds
+    max_attempts: int = 1
+
+
+@dataclass
+class Event:
+    """One entry of a task's history (oldest first from Engine.history)."""
+
+    kind: str  # transition | stage | stale
+    at: float
+    from_: str = ""
+    to: str = ""
+    stage: str = ""
+    attempt: int = 0
+    worker: str = ""
+    reason: str = ""
+    by: str = ""
+    verb: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, raw) -> "Event":
+        d = json.loads(raw)
+        known = {"kind", "at", "from", "to", "stage", "attempt", "worker", "reason", "by", "verb"}
+        return cls(
+            kind=d.get("kind", ""), at=int(d.get("at", 0)) / 1000, from_=d.get("from", ""), to=d.get("to", ""),
+            stage=d.get("stage", ""), attempt=int(d.get("attempt", 0) or 0), worker=d.get("worker", ""),
+            reason=d.get("reason", ""), by=d.get("by", ""), verb=d.get("verb", ""),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("from_", "extra")}
+        d["from"] = self.from_
+        d.update(self.extra)
+        return d

@@ -1,0 +1,119 @@
+"""Task types: the allowlist of what may be submitted and run, with each type's policy."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from .config import ms
+from .errors import UnknownTaskType
+from .keys import valid_queue
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
+_STAGE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Retry delays: exponential (``base * factor**(n-1)``, capped) or an explicit schedule.
+
+    ``jitter`` (0..1) takes up to that fraction off each delay at random, so
+    retries of many tasks that failed together spread out. The delay is
+    computed inside the fail/expire scripts (lua/lib/backoff.lua) from
+    :meth:`spec`, stored on the task at submit.
+    """
+
+    base: float = 1.0
+    factor: float = 2.0
+    cap: float = 300.0
+    jitter: float = 0.1
+    schedule: tuple[float, ...] = ()
+
+    @classmethod
+    def exponential(cls, base=1.0, factor=2.0, cap=300.0, jitter=0.1) -> "Backoff":
+        return cls(base=base, factor=factor, cap=cap, jitter=jitter)
+
+    @classmethod
+    def fixed(cls, delays: Sequence[float], jitter: float = 0.0) -> "Backoff":
+        return cls(schedule=tuple(delays), jitter=jitter)
+
+    def __post_init__(self):
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("backoff jitter must be within 0..1")
+        if self.base < 0 or self.factor < 1 or self.cap < 0 or any(d < 0 for d in self.schedule):
+            raise ValueError("backoff delays must be >= 0 and factor >= 1")
+
+    def spec(self) -> str:
+        if self.schedule:
+            return "list %g %s" % (self.jitter, " ".join(str(ms(d)) for d in self.schedule))
+        return "exp %d %g %d %g" % (ms(self.base), self.factor, ms(self.cap), self.jitter)
+
+
+def as_backoff(value) -> Backoff:
+    if value is None:
+        return Backoff()
+    if isinstance(value, Backoff):
+        return value
+    if isinstance(value, (list, tuple)) and value:
+        return Backoff.fixed(value)
+    raise ValueError("backoff must be a Backoff or a non-empty list of delays in seconds")
+
+
+@dataclass(frozen=True)
+class TaskType:
+    """A registered task type. Durations in seconds."""
+
+    name: str
+    fn: Callable
+    queue: str = "default"
+    timeout: float = 600.0  # whole attempt
+    lease: float = 15.0  # heartbeat lease; the worker renews it at a third of this
+    max_attempts: int = 3
+    backoff: Backoff = field(default_factory=Backoff)
+    stages: Mapping[str, float] = field(default_factory=dict)  # stage -> timeout (0 = none)
+    permanent_errors: tuple[str, ...] = ()  # error kinds that are never retried
+
+    def __post_init__(self):
+        if not _NAME_RE.match(self.name):
+            raise ValueError(f"task type name must match {_NAME_RE.pattern}: {self.name!r}")
+        if not valid_queue(self.queue):
+            raise ValueError(f"queue name must be letters, digits, '_' or '-' (max 64): {self.queue!r}")
+        if self.timeout <= 0 or self.lease <= 0:
+            raise ValueError("timeout and lease must be positive")
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ValueError("max_attempts must be an integer >= 1")
+        for stage, limit in self.stages.items():
+            if not _STAGE_RE.match(stage):
+                raise ValueError(f"stage name must match {_STAGE_RE.pattern}: {stage!r}")
+            if limit is not None and limit < 0:
+                raise ValueError(f"stage {stage!r} timeout must be >= 0")
+
+    def stage_timeout_ms(self, stage: str) -> int:
+        if stage not in self.stages:
+            declared = ", ".join(self.stages) or "none"
+            raise ValueError(f"task type {self.name!r} declares no stage {stage!r} (declared: {declared})")
+        return ms(self.stages[stage] or 0)
+
+
+class Registry:
+    def __init__(self):
+        self._types: dict[str, TaskType] = {}
+
+    def add(self, task_type: TaskType) -> None:
+        if task_type.name in self._types:
+            raise ValueError(f"task type {task_type.name!r} is already registered")
+        self._types[task_type.name] = task_type
+
+    def get(self, name: object) -> TaskType:
+        if not isinstance(name, str) or name not in self._types:
+            raise UnknownTaskType(str(name))
+        return self._types[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def __iter__(self):
+        return iter(self._types.values())
+
+    def queues(self) -> list[str]:
+        return sorted({t.queue for t in self._types.values()})

@@ -1,0 +1,83 @@
+"""Task states and the transition table: the single source of truth.
+
+The Lua side never spells a transition out by hand: the script loader turns
+``TRANSITIONS`` into a Lua table that every script checks before it writes,
+and ``tests/engine/test_lua_headers.py`` checks each script's header against it.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class State(str, enum.Enum):
+    PENDING = "PENDING"
+    QUEUED = "QUEUED"
+    PROCESSING = "PROCESSING"
+    RETRY_WAITING = "RETRY_WAITING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    CANCELLED = "CANCELLED"
+
+    def __str__(self) -> str:  # so f-strings and JSON show the bare name
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({State.SUCCESS, State.FAILED, State.TIMEOUT, State.CANCELLED})
+NON_TERMINAL = frozenset(State) - TERMINAL
+
+#: Which deadline set holds a task in each non-terminal state (invariant 2).
+DEADLINE_SET = {
+    State.PENDING: "dispatch",
+    State.QUEUED: "dispatch",
+    State.PROCESSING: "leases",
+    State.RETRY_WAITING: "retries",
+}
+
+
+@dataclass(frozen=True)
+class Transition:
+    verb: str
+    sources: frozenset[State]  # empty for submit (the task does not exist yet)
+    targets: frozenset[State]
+    who: str
+
+
+def _t(verb: str, sources, targets, who: str) -> Transition:
+    return Transition(verb, frozenset(sources), frozenset(targets), who)
+
+
+_P, _Q, _R = State.PENDING, State.QUEUED, State.PROCESSING
+_W, _S, _F, _T, _C = State.RETRY_WAITING, State.SUCCESS, State.FAILED, State.TIMEOUT, State.CANCELLED
+
+TRANSITIONS: dict[str, Transition] = {
+    t.verb: t
+    for t in [
+        _t("submit", [], [_P], "client"),
+        # QUEUED -> QUEUED is a re-dispatch of a task whose RQ job was lost.
+        _t("dispatch", [_P, _Q], [_Q], "engine"),
+        _t("claim", [_P, _Q], [_R], "worker"),
+        _t("heartbeat", [_R], [_R], "lease holder"),
+        _t("stage", [_R], [_R], "lease holder"),
+        _t("progress", [_R], [_R], "lease holder"),
+        _t("checkpoint", [_R], [_R], "lease holder"),
+        _t("complete", [_R], [_S], "lease holder"),
+        _t("fail", [_R], [_W, _F], "lease holder"),
+        _t("release", [_R], [_P], "lease holder"),
+        # PROCESSING -> TIMEOUT is always recorded; TIMEOUT -> RETRY_WAITING follows when attempts remain.
+        _t("expire", [_R], [_T, _W], "sweeper"),
+        _t("promote", [_W], [_P], "sweeper"),
+        _t("cancel", NON_TERMINAL, [_C], "owner / admin"),
+        _t("edit", NON_TERMINAL, [_C, _P], "owner / admin"),
+        _t("retry", [_F, _T], [_P], "owner / admin"),
+    ]
+}
+
+
+def is_legal(verb: str, state: State | str) -> bool:
+    return State(state) in TRANSITIONS[verb].sources

@@ -1,0 +1,114 @@
+"""One sweeper tick: act on what is due, and only on that.
+
+Each queue's ``due`` script lists, by server time, a batch from each deadline
+set; the per-task scripts then act as compare-and-set (NOT_DUE when another
+sweeper or the lease holder got there first), so several sweepers may run at once.
+Calls for one batch share a pipeline: one round trip per batch, not per task.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from .errors import Code, GhostlessError
+from .scripts import parse
+from .states import State
+
+
+@dataclass
+class SweepReport:
+    expired: int = 0  # PROCESSING -> TIMEOUT (-> RETRY_WAITING)
+    timed_out: int = 0  # of those, ended in TIMEOUT for good
+    promoted: int = 0  # RETRY_WAITING -> PENDING
+    dispatched: int = 0  # PENDING/QUEUED handed to the executor again
+    refreshed: int = 0  # QUEUED whose executor job still exists: checked again later
+    purged: int = 0  # terminal tasks past retention, deleted
+    next_in: float | None = None  # seconds until the earliest deadline of any queue
+    reasons: dict = field(default_factory=dict)  # expiry reason -> count
+
+    @property
+    def acted(self) -> bool:
+        return bool(self.expired or self.promoted or self.dispatched or self.purged)
+
+    def summary(self) -> str:
+        parts = [f"{n}={getattr(self, n)}" for n in ("expired", "timed_out", "promoted", "dispatched", "purged")
+                 if getattr(self, n)]
+        if self.reasons:
+            parts.append("reasons=" + ",".join(f"{k}:{v}" for k, v in sorted(self.reasons.items())))
+        return "sweep " + " ".join(parts)
+
+
+def sweep(engine, batch: int = 1000) -> SweepReport:
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    report = SweepReport()
+    for queue in engine.queues():
+        while True:
+            full = _sweep_queue(engine, queue, batch, report)
+            if not full:
+                break
+    return report
+
+
+def _run(engine, name: str, ids: list[str], argv_of) -> list[list]:
+    """Run script ``name`` for every id in one pipeline; replies in order."""
+    if not ids:
+        return []
+    pipe = engine.redis.pipeline(transaction=False)
+    for task_id in ids:
+        engine.scripts.call(name, engine.keys.task(task_id), argv_of(task_id), client=pipe)
+    return [parse(r) for r in pipe.execute()]
+
+
+def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
+    # Without an executor, PENDING tasks wait for a direct claim: the dispatch set is not work.
+    names = ["leases", "retries", "expiry"] + (["dispatch"] if engine.dispatcher.active else [])
+    lists, next_ms = engine.scripts.due([engine.keys.queue_key(queue, n) for n in names], batch)
+    due = dict(zip(names, lists))
+    lease_ids, retry_ids, expiry_ids = due["leases"], due["retries"], due["expiry"]
+    dispatch_ids = due.get("dispatch", [])
+    if next_ms >= 0:
+        report.next_in = next_ms / 1000 if report.next_in is None else min(report.next_in, next_ms / 1000)
+
+    for r in _run(engine, "expire", lease_ids, lambda _: [random.random()]):
+        if r[0] == Code.OK:
+            report.expired += 1
+            report.timed_out += r[1] == State.TIMEOUT.value
+            reason = r[2].split(":")[0]
+            report.reasons[reason] = report.reasons.get(reason, 0) + 1
+
+    promoted = [tid for tid, r in zip(retry_ids, _run(engine, "promote", retry_ids, lambda _: []))
+                if r[0] == Code.OK]
+    report.promoted += len(promoted)
+
+    for r in _run(engine, "purge", expiry_ids, lambda tid: [tid]):
+        report.purged += r[0] == Code.OK
+
+    if engine.dispatcher.active:
+        _redispatch(engine, promoted + [t for t in dispatch_ids if t not in set(promoted)], report)
+    return any(len(ids) >= batch for ids in lists)
+
+
+def _redispatch(engine, task_ids: list[str], report: SweepReport) -> None:
+    pipe = engine.redis.pipeline(transaction=False)
+    for tid in task_ids:
+        pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type")
+    for tid, (status, dispatch_id, type_name) in zip(task_ids, pipe.execute()):
+        status = status.decode() if isinstance(status, bytes) else status
+        dispatch_id = dispatch_id.decode() if isinstance(dispatch_id, bytes) else (dispatch_id or "")
+        if status not in (State.PENDING.value, State.QUEUED.value):
+            continue
+        try:
+            if status == State.QUEUED.value and dispatch_id and engine.dispatcher.job_exists(dispatch_id):
+                # The job is still waiting: look again after requeue_after.
+                engine.scripts.dispatch(engine.keys.task(tid), tid, dispatch_id, _requeue_ms(engine))
+                report.refreshed += 1
+            else:
+                engine.dispatch(tid)
+                report.dispatched += 1
+        except GhostlessError:
+            continue  # changed meanwhile (claimed, cancelled) or a type this process does not know
+
+
+def _requeue_ms(engine) -> int:
+    return int(engine.config.requeue_after * 1000)

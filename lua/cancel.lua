@@ -1,0 +1,19 @@
+-- Cancel: the owner or an admin cancels a task that has not ended. A lease holder learns of it
+-- at its next heartbeat.
+-- From: PENDING, QUEUED, PROCESSING, RETRY_WAITING
+-- To: CANCELLED
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: who asks; ARGV[6]: '1' if admin; ARGV[7]: reason
+-- Returns: {OK, version} | {REPLAYED, version} when already cancelled | {NOT_FOUND} (also for a
+--   task of another owner) | {ILLEGAL_TRANSITION, state}
+local by, admin = ARGV[5], ARGV[6]
+local t = load_task(K.task)
+if not visible(t, by, admin) then return {C.NOT_FOUND} end
+if t.status == 'CANCELLED' then return {C.REPLAYED, t.version} end
+if not LEGAL.cancel[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
+
+local now = now_ms()
+change(K, t, 'cancel', 'CANCELLED', now, 0,
+  {finished_at = now, reason = ARGV[7], error_kind = 'cancelled', cancelled_by = by},
+  {by = by, reason = ARGV[7]})
+return {C.OK, t.version}

@@ -1,0 +1,15 @@
+-- Checkpoint: the lease holder saves a value that later attempts of the task can read.
+-- From: PROCESSING
+-- To: PROCESSING
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: checkpoint name;
+--   ARGV[7]: value JSON; ARGV[8]: worker name
+-- Returns: {OK} | {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}
+local t = load_task(K.task)
+if not t then return {C.NOT_FOUND} end
+local now = now_ms()
+local refused = check_lease(K, t, 'checkpoint', ARGV[5], ARGV[8], now, false)
+if refused then return refused end
+
+redis.call('HSET', K.checkpoints, ARGV[6], ARGV[7])
+return {C.OK}

@@ -1,0 +1,36 @@
+-- Claim: a worker takes the task's lease and starts an attempt with a new fencing token.
+-- From: PENDING, QUEUED
+-- To: PROCESSING
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: worker name; ARGV[6]: claim id (unique per call);
+--   ARGV[7]: dispatch id the job was made for ('' = any);
+--   ARGV[8]: task types this worker runs, as ',a,b,' ('' = any)
+-- Returns: {OK, token, attempt, args JSON, type, lease ms, max attempts} |
+--   {REPLAYED, token, attempt, args JSON, type, lease ms, max attempts} for a resent claim |
+--   {NOT_FOUND} | {ILLEGAL_TRANSITION, state} |
+--   {WRONG_DISPATCH, state} for a delivery of a dispatch that is no longer current |
+--   {UNKNOWN_TYPE, type} when this worker does not run the task's type
+local worker, claim_id, dispatch_id, types = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local t = load_task(K.task)
+if not t then return {C.NOT_FOUND} end
+local function lease_reply(code)
+  return {code, t.token, t.attempt, redis.call('GET', K.args), t.type, t.lease_ms, t.max_attempts}
+end
+if t.status == 'PROCESSING' and t.claim_id == claim_id then return lease_reply(C.REPLAYED) end
+if not LEGAL.claim[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
+if dispatch_id ~= '' and dispatch_id ~= t.dispatch_id then return {C.WRONG_DISPATCH, t.status} end
+if types ~= '' and not string.find(types, ',' .. t.type .. ',', 1, true) then
+  return {C.UNKNOWN_TYPE, t.type}
+end
+
+local now = now_ms()
+local token = t.token + 1
+local lease_until = now + t.lease_ms
+local attempt_deadline = now + t.timeout_ms
+change(K, t, 'claim', 'PROCESSING', now, math.min(lease_until, attempt_deadline), {
+  token = token, attempt = t.attempt + 1, worker = worker, claim_id = claim_id,
+  dispatch_id = '', started_at = now, lease_until = lease_until,
+  attempt_deadline = attempt_deadline, stage = '', stage_deadline = 0, stage_since = now,
+  ended_token = '', ended_by = '', next_retry_at = ''},
+  {worker = worker, token = token, attempt = t.attempt + 1, stage = ''})
+return lease_reply(C.OK)

@@ -1,0 +1,19 @@
+-- Complete: the lease holder stores the result and ends the task in SUCCESS.
+-- From: PROCESSING
+-- To: SUCCESS
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: result JSON; ARGV[7]: worker name
+-- Returns: {OK, state, version} | {REPLAYED, state, version} for a repeat with the same token |
+--   {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}
+local t = load_task(K.task)
+if not t then return {C.NOT_FOUND} end
+local now = now_ms()
+local token = ARGV[5]
+local refused = check_lease(K, t, 'complete', token, ARGV[7], now, true)
+if refused then return refused end
+
+redis.call('SET', K.result, ARGV[6])
+change(K, t, 'complete', 'SUCCESS', now, 0,
+  {finished_at = now, progress = 1, ended_token = token, ended_by = 'complete'},
+  {worker = ARGV[7]})
+return {C.OK, t.status, t.version}

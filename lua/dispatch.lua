@@ -1,0 +1,19 @@
+-- Dispatch: records that an executor job now exists for the task (or exists again, after a lost one).
+-- From: PENDING, QUEUED
+-- To: QUEUED
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: dispatch id (the executor's job id);
+--   ARGV[6]: ms until the sweeper checks that the job still exists
+-- Returns: {OK, version} | {REPLAYED, version} when this dispatch id is already current |
+--   {NOT_FOUND} | {ILLEGAL_TRANSITION, state}
+local t = load_task(K.task)
+if not t then return {C.NOT_FOUND} end
+if t.dispatch_id == ARGV[5] then return {C.REPLAYED, t.version} end
+if not LEGAL.dispatch[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
+
+local now = now_ms()
+local reason = ''
+if t.status == 'QUEUED' then reason = 'redispatch' end
+change(K, t, 'dispatch', 'QUEUED', now, now + tonumber(ARGV[6]),
+  {dispatch_id = ARGV[5], dispatched_at = now}, {reason = reason})
+return {C.OK, t.version}

@@ -1,0 +1,29 @@
+-- Expire: the sweeper reclaims a task whose lease, stage or attempt deadline has passed.
+-- From: PROCESSING
+-- To: TIMEOUT, RETRY_WAITING
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: random number in [0, 1) for backoff jitter
+-- Returns: {OK, state, reason} | {NOT_DUE} when the deadline has not passed or the task left
+--   PROCESSING meanwhile (compare-and-set lost; several sweepers may race) | {NOT_FOUND}
+local t = load_task(K.task)
+if not t then return {C.NOT_FOUND} end
+if t.status ~= 'PROCESSING' then return {C.NOT_DUE} end
+local now = now_ms()
+if lease_deadline(t) > now then return {C.NOT_DUE} end
+
+local reason = 'heartbeat_lost'
+if t.attempt_deadline <= now then
+  reason = 'attempt_timeout'
+elseif t.stage_deadline > 0 and t.stage_deadline <= now then
+  reason = 'stage_timeout:' .. t.stage
+end
+-- PROCESSING -> TIMEOUT is always recorded, so the history says why the attempt ended.
+change(K, t, 'expire', 'TIMEOUT', now, 0,
+  {error_kind = 'timeout', reason = reason, finished_at = now}, {reason = reason, worker = t.worker})
+redis.call('HINCRBY', K.stats, 'fail:timeout', 1)
+if t.attempt < t.max_attempts then
+  local at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[5]))
+  change(K, t, 'expire', 'RETRY_WAITING', now, at, {next_retry_at = at, finished_at = ''},
+    {reason = reason})
+end
+return {C.OK, t.status, reason}

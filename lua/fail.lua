@@ -1,0 +1,28 @@
+-- Fail: the lease holder reports a failed attempt; retried with backoff while attempts remain.
+-- From: PROCESSING
+-- To: RETRY_WAITING, FAILED
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: error kind; ARGV[7]: reason;
+--   ARGV[8]: '1' if retryable else '0'; ARGV[9]: random number in [0, 1) for jitter;
+--   ARGV[10]: worker name
+-- Returns: {OK, state, version} | {REPLAYED, state, version} for a repeat with the same token |
+--   {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}
+local t = load_task(K.task)
+if not t then return {C.NOT_FOUND} end
+local now = now_ms()
+local token, kind, reason = ARGV[5], ARGV[6], ARGV[7]
+local refused = check_lease(K, t, 'fail', token, ARGV[10], now, true)
+if refused then return refused end
+
+redis.call('HINCRBY', K.stats, 'fail:' .. kind, 1)
+local fields = {error_kind = kind, reason = reason, ended_token = token, ended_by = 'fail'}
+local ev = {worker = ARGV[10], reason = kind .. ': ' .. reason}
+if ARGV[8] == '1' and t.attempt < t.max_attempts then
+  local at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[9]))
+  fields.next_retry_at = at
+  change(K, t, 'fail', 'RETRY_WAITING', now, at, fields, ev)
+else
+  fields.finished_at = now
+  change(K, t, 'fail', 'FAILED', now, 0, fields, ev)
+end
+return {C.OK, t.status, t.version}

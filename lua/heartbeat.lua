@@ -1,0 +1,17 @@
+-- Heartbeat: the lease holder extends its lease. Not an event: nothing a watcher sees changes.
+-- From: PROCESSING
+-- To: PROCESSING
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: lease ms; ARGV[7]: worker name
+-- Returns: {OK, ms until the lease deadline} | {NOT_FOUND} | {LEASE_LOST, state} |
+--   {CANCELLED, state}
+local t = load_task(K.task)
+if not t then return {C.NOT_FOUND} end
+local now = now_ms()
+local refused = check_lease(K, t, 'heartbeat', ARGV[5], ARGV[7], now, false)
+if refused then return refused end
+
+save_task(K.task, t, {lease_until = now + tonumber(ARGV[6])})
+local deadline = lease_deadline(t)
+redis.call('ZADD', K.leases, deadline, t.id)
+return {C.OK, deadline - now}

@@ -1,0 +1,88 @@
+--- Recording: events on the queue stream and the task's own history, and
+--- state changes with their counters, time in state and deadline sets.
+
+-- Appends an event to the queue stream (always) and to the task history (when `hist`).
+-- `ev` holds the event's own fields; empty values are left out to keep entries small.
+local function emit(K, t, kind, now, ev, hist)
+  local fields = {'id', t.id, 'kind', kind, 'owner', t.owner, 'type', t.type,
+    'version', t.version, 'at', now}
+  for k, v in pairs(ev) do
+    if v ~= '' and v ~= nil then
+      fields[#fields + 1] = k
+      fields[#fields + 1] = v
+    end
+  end
+  redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', unpack(fields))
+  if hist then
+    local h = {kind = kind, at = now}
+    for k, v in pairs(ev) do
+      if v ~= '' and v ~= nil then h[k] = v end
+    end
+    redis.call('RPUSH', K.history, cjson.encode(h))
+    redis.call('LTRIM', K.history, -CFG.history_max, -1)
+  end
+end
+
+-- Moves the task between deadline sets: out of the set of state `from`, into
+-- the set of state `to` at `score` (terminal states: the expiry set).
+local function place(K, id, from, to, score, now)
+  local old = from and DEADLINE_SET[from]
+  local new = DEADLINE_SET[to]
+  if old and old ~= new then redis.call('ZREM', K[old], id) end
+  if from and TERMINAL[from] then redis.call('ZREM', K.expiry, id) end
+  if new then
+    redis.call('ZADD', K[new], score, id)
+  elseif TERMINAL[to] then
+    redis.call('ZADD', K.expiry, now + CFG.retention_ms, id)
+  end
+end
+
+-- The one way a task changes state. Checks nothing: callers validate first.
+-- `score`: deadline in the target state's set (ignored for terminal states).
+local function change(K, t, verb, to, now, score, fields, ev)
+  local from = t.status
+  if from then
+    redis.call('HINCRBY', K.counts, from, -1)
+    redis.call('HINCRBY', K.stats, 'tis_ms:' .. from, now - t.state_since)
+    redis.call('HINCRBY', K.stats, 'tis_n:' .. from, 1)
+  end
+  redis.call('HINCRBY', K.counts, to, 1)
+  redis.call('HINCRBY', K.stats, 'entered:' .. to, 1)
+  place(K, t.id, from, to, score, now)
+  fields.status = to
+  fields.state_since = now
+  fields.updated_at = now
+  fields.version = (t.version or 0) + 1
+  save_task(K.task, t, fields)
+  ev.verb = verb
+  ev.from = from or ''
+  ev.to = to
+  ev.attempt = ev.attempt or t.attempt
+  ev.stage = ev.stage or t.stage
+  emit(K, t, 'transition', now, ev, true)
+end
+
+-- A change inside PROCESSING (stage, progress): new version, an event, no state change.
+local function touch(K, t, now, fields, kind, ev, hist)
+  fields.updated_at = now
+  fields.version = t.version + 1
+  save_task(K.task, t, fields)
+  emit(K, t, kind, now, ev, hist)
+end
+
+-- Creates a task hash in PENDING. `f` holds the type's settings; the caller
+-- has already checked that the id is free.
+local function create(K, f, args_json, now, delay_ms, ev)
+  local t = {}
+  f.attempt = 0
+  f.token = 0
+  f.progress = 0
+  f.created_at = now
+  redis.call('SET', K.args, args_json)
+  redis.call('ZADD', K.index, now, f.id)
+  t.id, t.owner, t.type = f.id, f.owner, f.type
+  local due = now + delay_ms
+  if delay_ms == 0 then due = now + CFG.dispatch_grace_ms end
+  change(K, t, 'submit', 'PENDING', now, due, f, ev)
+  return t
+end

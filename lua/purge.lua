@@ -1,0 +1,20 @@
+-- Purge: the sweeper deletes a terminal task whose retention has passed.
+-- From: SUCCESS, FAILED, TIMEOUT, CANCELLED
+-- To: (none)
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: task id
+-- Returns: {OK} | {NOT_DUE} when not yet due or no longer terminal | {NOT_FOUND}
+local t = load_task(K.task)
+if not t then
+  redis.call('ZREM', K.expiry, ARGV[5])
+  return {C.NOT_FOUND}
+end
+local now = now_ms()
+local due = redis.call('ZSCORE', K.expiry, t.id)
+if not TERMINAL[t.status] or not due or tonumber(due) > now then return {C.NOT_DUE} end
+
+redis.call('HINCRBY', K.counts, t.status, -1)
+redis.call('ZREM', K.expiry, t.id)
+redis.call('ZREM', K.index, t.id)
+redis.call('DEL', K.task, K.args, K.result, K.history, K.checkpoints)
+return {C.OK}

@@ -1,0 +1,27 @@
+-- Stage: the lease holder enters a named stage, which may carry its own deadline.
+-- From: PROCESSING
+-- To: PROCESSING
+-- KEYS[1..13]: the task's keys
+-- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: stage name;
+--   ARGV[7]: stage timeout ms (0 = none); ARGV[8]: worker name
+-- Returns: {OK, version} | {REPLAYED, version} when already in that stage | {NOT_FOUND} |
+--   {LEASE_LOST, state} | {CANCELLED, state}
+local t = load_task(K.task)
+if not t then return {C.NOT_FOUND} end
+local now = now_ms()
+local refused = check_lease(K, t, 'stage', ARGV[5], ARGV[8], now, false)
+if refused then return refused end
+local name = ARGV[6]
+if t.stage == name then return {C.REPLAYED, t.version} end
+
+if t.stage ~= '' then
+  redis.call('HINCRBY', K.stats, 'stage_ms:' .. t.stage, now - t.stage_since)
+  redis.call('HINCRBY', K.stats, 'stage_n:' .. t.stage, 1)
+end
+local timeout = tonumber(ARGV[7])
+local deadline = 0
+if timeout > 0 then deadline = now + timeout end
+touch(K, t, now, {stage = name, stage_since = now, stage_deadline = deadline}, 'stage',
+  {stage = name, from_stage = t.stage, attempt = t.attempt, worker = t.worker}, true)
+redis.call('ZADD', K.leases, lease_deadline(t), t.id)
+return {C.OK, t.version}

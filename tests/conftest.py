@@ -1,0 +1,87 @@
+"""Backends for every contract test: fakeredis (with lupa) and a private real redis-server.
+
+Real Redis tests skip loudly when ``redis-server`` is missing, and fail instead
+when REQUIRE_REAL_REDIS=1 (as in CI).
+"""
+from __future__ import annotations
+
+import os
+
+import fakeredis
+import pytest
+
+from engine import Backoff, Engine
+from tests.support.redis_server import RedisServer, redis_server_path
+
+REQUIRE_REAL = os.environ.get("REQUIRE_REAL_REDIS") == "1"
+
+
+def need_redis_server() -> None:
+    if redis_server_path() is None:
+        msg = "redis-server is not installed: real-Redis tests cannot run (apt-get install redis-server)"
+        if REQUIRE_REAL:
+            pytest.fail(msg + " and REQUIRE_REAL_REDIS=1")
+        pytest.skip("SKIPPED LOUDLY: " + msg)
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """One private redis-server for the session; tests flush it. Tests that kill or
+    reconfigure Redis make their own with ``private_redis``."""
+    need_redis_server()
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def private_redis():
+    """Factory of redis-servers owned by one test (killed and removed afterwards)."""
+    need_redis_server()
+    made = []
+
+    def make(*extra, **kw) -> RedisServer:
+        server = RedisServer(*extra, **kw).start()
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.close()
+
+
+@pytest.fixture(params=["fake", "real"])
+def redis_client(request):
+    if request.param == "fake":
+        client = fakeredis.FakeRedis()
+    else:
+        client = request.getfixturevalue("redis_server").client()
+    client.flushall()
+    yield client
+    client.close()
+
+
+def register_test_types(engine: Engine) -> Engine:
+    """Task types the contract tests share (short leases: timing tests wait on Redis time)."""
+
+    @engine.task(name="render", queue="images", lease=30, timeout=600, max_attempts=3,
+                 backoff=Backoff.fixed([0.05, 0.1]), stages={"generating": 300, "uploading": 0},
+                 permanent_errors=("bad_prompt",))
+    def render(ctx, prompt):  # pragma: no cover - executed by workers, not here
+        return {"prompt": prompt}
+
+    @engine.task(name="quick", queue="images", lease=0.05, timeout=600, max_attempts=2,
+                 backoff=Backoff.fixed([0.05]), stages={"short": 0.05, "long": 600})
+    def quick(ctx):  # pragma: no cover
+        return None
+
+    @engine.task(name="brief", queue="other", lease=30, timeout=0.05, max_attempts=1)
+    def brief(ctx):  # pragma: no cover
+        return None
+
+    return engine
+
+
+@pytest.fixture
+def engine(redis_client):
+    return register_test_types(Engine(redis_client, namespace="t"))

@@ -1,0 +1,89 @@
+"""Private redis-server processes for tests and benchmarks: own port, own temp dir.
+
+Never touches the machine's shared Redis on 6379.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_server_path() -> str | None:
+    return shutil.which("redis-server")
+
+
+class RedisServer:
+    """A redis-server we own: start, stop, SIGKILL, restart (same port and data dir)."""
+
+    def __init__(self, *extra: str, appendonly: bool = False, appendfsync: str = "everysec"):
+        self.dir = tempfile.mkdtemp(prefix="ghostless-redis-")
+        self.port = free_port()
+        self.extra = list(extra)
+        self.appendonly = appendonly
+        self.appendfsync = appendfsync
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kw) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def start(self, timeout: float = 10.0) -> "RedisServer":
+        args = [redis_server_path(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", self.appendfsync, "--maxmemory-policy", "noeviction",
+                "--logfile", os.path.join(self.dir, "redis.log"), *self.extra]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited: {self.log_tail()}")
+            try:
+                if self.client(socket_timeout=0.5).ping():
+                    return self
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                time.sleep(0.02)
+        raise RuntimeError(f"redis-server on port {self.port} did not answer within {timeout}s")
+
+    def log_tail(self) -> str:
+        try:
+            with open(os.path.join(self.dir, "redis.log")) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL: what a crash does (AOF decides what survives)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self, kill: bool = True) -> None:
+        self.kill() if kill else self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
