@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import uuid
 from typing import Any, Callable
@@ -28,6 +29,7 @@ from .server import check_server
 from .states import State
 
 MAX_TEXT = 1024  # owner, idempotency key, reason, message
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
 class Engine:
@@ -37,16 +39,20 @@ class Engine:
         redis: a redis-py client (``decode_responses`` either way) or fakeredis.
         namespace: prefix of every key (``gl`` -> ``gl:{queue}:...``).
         config: retention, caps and timings (engine/config.py).
-        dispatcher: the executor hook (engine/dispatch.py); none leaves tasks PENDING.
+        dispatcher: the executor hook (engine/dispatch.py): ``"rq"`` (default) enqueues an RQ job
+            per dispatch; ``None`` leaves tasks in PENDING for direct claims.
         strict: raise instead of warning when Redis may evict keys.
     """
 
     def __init__(self, redis, namespace: str = "gl", config: Config | None = None,
-                 dispatcher: Dispatcher | None = None, strict: bool = False, check: bool = True):
+                 dispatcher: Dispatcher | str | None = "rq", strict: bool = False, check: bool = True):
         self.redis = redis
         self.keys = Keys(namespace)
         self.config = config or Config()
         self.registry = Registry()
+        if dispatcher == "rq":
+            from .rq_dispatch import RQDispatcher
+            dispatcher = RQDispatcher(redis, namespace)
         self.dispatcher = dispatcher or NullDispatcher()
         self.scripts = Scripts(redis, self.config)
         self._known_queues: set[str] = set()
@@ -54,8 +60,11 @@ class Engine:
             check_server(redis, strict=strict)
 
     @classmethod
-    def from_url(cls, url: str, **kwargs) -> "Engine":
-        return cls(redis_lib.Redis.from_url(url), **kwargs)
+    def from_url(cls, url: str | None = None, **kwargs) -> "Engine":
+        """An engine on the Redis at ``url``; without one, ``GHOSTLESS_REDIS_URL`` or the local default."""
+        url = url or os.environ.get("GHOSTLESS_REDIS_URL") or DEFAULT_URL
+        return cls(redis_lib.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5,
+                                            health_check_interval=30), **kwargs)
 
     # -- registry ---------------------------------------------------------------------------------
     def task(self, name: str | None = None, *, queue: str = "default", timeout: float = 600.0,
@@ -194,17 +203,36 @@ class Engine:
             self.dispatch(task_id)
 
     # -- worker calls -----------------------------------------------------------------------------
-    def claim(self, task_id: str, worker: str, dispatch_id: str = "") -> Lease:
-        """Take the task's lease for a new attempt.
+    def claim(self, task_id: str, worker: str, dispatch_id: str = "", claim_id: str | None = None) -> Lease:
+        """Take the task's lease for a new attempt (a new, higher fencing token).
 
-        Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch (a delivery
-        of an old dispatch), UnknownTaskType (the type is not registered here).
+        Args:
+            dispatch_id: the executor job's id; a delivery of an older dispatch is refused.
+            claim_id: unique per claim; a resent claim with the same id returns the same lease.
+
+        Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
+            UnknownTaskType (this engine does not run the task's type; nothing is imported).
         """
         worker = _text("worker", worker)
         types = "," + ",".join(t.name for t in self.registry) + ","
-        reply = self.scripts.claim(self._keys(task_id), task_id, worker, uuid.uuid4().hex, dispatch_id, types)
+        reply = self.scripts.claim(self._keys(task_id), task_id, worker, claim_id or uuid.uuid4().hex,
+                                   dispatch_id, types)
         return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
                      type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]))
+
+    def lease_for_claim(self, task_id: str, claim_id: str) -> Lease | None:
+        """The lease a claim took, while the task is still PROCESSING under it (else None).
+
+        Lets a worker's parent process report on behalf of a work-horse that died.
+        """
+        row = self.redis.hmget(self._keys(task_id).task, "status", "claim_id", "token", "attempt", "type",
+                               "worker", "lease_ms", "max_attempts")
+        status, cid, token, attempt, type_name, worker, lease_ms, max_attempts = (
+            v.decode() if isinstance(v, bytes) else v for v in row)
+        if status != State.PROCESSING.value or cid != claim_id:
+            return None
+        return Lease(task_id=task_id, token=int(token), attempt=int(attempt), args=None, type=type_name,
+                     worker=worker, lease=int(lease_ms) / 1000, max_attempts=int(max_attempts))
 
     def heartbeat(self, lease: Lease) -> float:
         """Extend the lease. Returns seconds until the task's earliest deadline.
@@ -234,15 +262,30 @@ class Engine:
         result_json = self._json("result", result, self.config.max_result_bytes)
         return State(self._holder("complete", lease, result_json, lease.worker)[1])
 
-    def fail(self, lease: Lease, error_kind: str, reason: str = "", retryable: bool = True) -> State:
+    def fail(self, lease: Lease, error_kind: str, reason: str = "", retryable: bool = True,
+             retry_in: float | None = None) -> State:
         """End the attempt in failure: RETRY_WAITING (retryable, attempts left) or FAILED.
-        Error kinds the type declares permanent are never retried. Returns the new state."""
+
+        Error kinds the type declares permanent are never retried. ``retry_in``
+        overrides the backoff policy; with 0 the task is dispatched again at once
+        (used when the worker, not the task, failed). Returns the new state.
+        Raises LeaseLost / TaskCancelled (the outcome is never overwritten).
+        """
         tt = self.registry.get(lease.type)
         error_kind = _text("error_kind", error_kind)
         retry = retryable and error_kind not in tt.permanent_errors
+        delay = "" if retry_in is None else _duration_ms("retry_in", retry_in)
         reply = self._holder("fail", lease, error_kind, _text("reason", reason, empty=True),
-                             "1" if retry else "0", random.random(), lease.worker)
-        return State(reply[1])
+                             "1" if retry else "0", random.random(), lease.worker, delay)
+        state = State(reply[1])
+        if state == State.RETRY_WAITING and retry_in == 0 and reply[0] == Code.OK:
+            self._retry_now(lease.task_id)
+        return state
+
+    def _retry_now(self, task_id: str) -> None:
+        reply = self.scripts.call("promote", self.keys.task(task_id), [])
+        if reply[0] == Code.OK and self.dispatcher.active:
+            self.dispatch(task_id)
 
     def release(self, lease: Lease, reason: str = "released") -> None:
         """Give the task back to PENDING without consuming an attempt (graceful shutdown)."""

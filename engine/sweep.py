@@ -70,12 +70,17 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     if next_ms >= 0:
         report.next_in = next_ms / 1000 if report.next_in is None else min(report.next_in, next_ms / 1000)
 
-    for r in _run(engine, "expire", lease_ids, lambda _: [random.random()]):
+    waiting = []
+    for tid, r in zip(lease_ids, _run(engine, "expire", lease_ids, lambda _: [random.random()])):
         if r[0] == Code.OK:
             report.expired += 1
             report.timed_out += r[1] == State.TIMEOUT.value
             reason = r[2].split(":")[0]
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
+            if r[1] == State.RETRY_WAITING.value:
+                waiting.append(tid)
+    # A lost heartbeat retries at once: promote those in this same tick (NOT_DUE for the others).
+    retry_ids = waiting + [t for t in retry_ids if t not in set(waiting)]
 
     promoted = [tid for tid, r in zip(retry_ids, _run(engine, "promote", retry_ids, lambda _: []))
                 if r[0] == Code.OK]
@@ -112,3 +117,33 @@ def _redispatch(engine, task_ids: list[str], report: SweepReport) -> None:
 
 def _requeue_ms(engine) -> int:
     return int(engine.config.requeue_after * 1000)
+
+
+def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log=None) -> None:
+    """Sweep until ``stop`` (a threading.Event) is set.
+
+    Between ticks it sleeps until the earliest deadline in its sets, capped by
+    ``interval``, so a lapsed lease is acted on within milliseconds. Redis being
+    unreachable is logged and retried; the loop never dies of it.
+    """
+    import logging
+    import threading
+
+    import redis
+
+    log = log or logging.getLogger("ghostless.sweeper")
+    stop = stop or threading.Event()
+    errors = 0
+    while not stop.is_set():
+        try:
+            report = sweep(engine, batch)
+            errors = 0
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            errors += 1
+            log.warning("sweeper: Redis unreachable (%s); retrying", e)
+            stop.wait(min(interval, 0.1 * 2 ** min(errors, 5)))
+            continue
+        if report.acted:
+            log.info(report.summary())
+        wait = interval if report.next_in is None else min(interval, report.next_in)
+        stop.wait(max(wait, 0.001))

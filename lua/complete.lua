@@ -14,6 +14,7 @@ if refused then return refused end
 
 redis.call('SET', K.result, ARGV[6])
 change(K, t, 'complete', 'SUCCESS', now, 0,
-  {finished_at = now, progress = 1, ended_token = token, ended_by = 'complete'},
+  {finished_at = now, progress = 1, ended_token = token, ended_by = 'complete', error_kind = '',
+   reason = ''},
   {worker = ARGV[7]})
 return {C.OK, t.status, t.version}

@@ -22,7 +22,9 @@ change(K, t, 'expire', 'TIMEOUT', now, 0,
   {error_kind = 'timeout', reason = reason, finished_at = now}, {reason = reason, worker = t.worker})
 redis.call('HINCRBY', K.stats, 'fail:timeout', 1)
 if t.attempt < t.max_attempts then
-  local at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[5]))
+  -- A lost heartbeat means the worker died, not that the task failed: retry at once.
+  local at = now
+  if reason ~= 'heartbeat_lost' then at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[5])) end
   change(K, t, 'expire', 'RETRY_WAITING', now, at, {next_retry_at = at, finished_at = ''},
     {reason = reason})
 end

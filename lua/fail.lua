@@ -4,7 +4,8 @@
 -- KEYS[1..13]: the task's keys
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: error kind; ARGV[7]: reason;
 --   ARGV[8]: '1' if retryable else '0'; ARGV[9]: random number in [0, 1) for jitter;
---   ARGV[10]: worker name
+--   ARGV[10]: worker name; ARGV[11]: retry delay ms overriding the backoff policy ('' = policy;
+--   0 when the worker, not the task, failed)
 -- Returns: {OK, state, version} | {REPLAYED, state, version} for a repeat with the same token |
 --   {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}
 local t = load_task(K.task)
@@ -18,7 +19,8 @@ redis.call('HINCRBY', K.stats, 'fail:' .. kind, 1)
 local fields = {error_kind = kind, reason = reason, ended_token = token, ended_by = 'fail'}
 local ev = {worker = ARGV[10], reason = kind .. ': ' .. reason}
 if ARGV[8] == '1' and t.attempt < t.max_attempts then
-  local at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[9]))
+  local delay = tonumber(ARGV[11]) or backoff_ms(t.backoff, t.attempt, tonumber(ARGV[9]))
+  local at = now + delay
   fields.next_retry_at = at
   change(K, t, 'fail', 'RETRY_WAITING', now, at, fields, ev)
 else

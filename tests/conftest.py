@@ -84,4 +84,5 @@ def register_test_types(engine: Engine) -> Engine:
 
 @pytest.fixture
 def engine(redis_client):
-    return register_test_types(Engine(redis_client, namespace="t"))
+    """An engine without an executor: tasks wait in PENDING and tests claim them directly."""
+    return register_test_types(Engine(redis_client, namespace="t", dispatcher=None))

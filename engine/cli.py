@@ -1,0 +1,73 @@
+"""The ``ghostless`` command (also ``python -m engine``)."""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+import click
+import redis
+
+from .app import AppError, load_app
+
+APP = click.option("--app", "app_spec", envvar="GHOSTLESS_APP", help="module:attribute of the Engine.")
+REDIS = click.option("--redis-url", envvar="GHOSTLESS_REDIS_URL", help="Redis URL (else the app's).")
+
+
+def _engine(app_spec, redis_url):
+    try:
+        return load_app(app_spec, redis_url)
+    except AppError as e:
+        raise click.UsageError(str(e)) from None
+    except redis.ConnectionError as e:
+        raise click.ClickException(f"cannot reach Redis: {e}") from None
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+@click.group()
+def main():
+    """ghostless: tasks in Redis that never vanish."""
+
+
+@main.command("worker")
+@APP
+@REDIS
+@click.argument("queues", nargs=-1)
+@click.option("--worker-class", type=click.Choice(["fork", "simple"]), default="fork", show_default=True,
+              help="fork: each attempt in a work-horse process (isolation); simple: in the worker itself.")
+@click.option("--burst", is_flag=True, help="Stop when the queues are empty.")
+@click.option("--name", help="Worker name (default: RQ's unique name).")
+@click.option("--log-level", default="INFO", show_default=True)
+def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_level):
+    """Run an RQ worker for the app's queues (all registered queues by default)."""
+    from .worker import run_worker
+
+    engine = _engine(app_spec, redis_url)
+    _logging(log_level)
+    try:
+        run_worker(engine, list(queues) or None, worker_class, burst=burst, name=name, logging_level=log_level)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+
+
+@main.command("sweeper")
+@APP
+@REDIS
+@click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
+              help="Longest sleep between ticks (seconds); it wakes earlier for the next deadline.")
+@click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--log-level", default="INFO", show_default=True)
+def sweeper_command(app_spec, redis_url, interval, batch, log_level):
+    """Reclaim expired leases, promote due retries, re-dispatch lost jobs, purge old tasks."""
+    from .sweep import run_sweeper
+
+    engine = _engine(app_spec, redis_url)
+    _logging(log_level)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    logging.getLogger("ghostless.sweeper").info("sweeper started: queues %s", ", ".join(engine.queues()) or "-")
+    run_sweeper(engine, interval, batch, stop)

@@ -1,0 +1,81 @@
+"""The context a task function receives: stages, progress, checkpoints, cancellation."""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from .models import Lease
+
+
+class _Stage:
+    """Returned by ctx.stage(): works as a plain call or as a ``with`` block."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class TaskContext:
+    """What a task function gets as its first argument.
+
+    ``ctx.cancelled`` turns true when the task is cancelled, its lease is lost or
+    the worker shuts down: long loops should check it and return early. Calls
+    on a lost lease raise LeaseLost; let it propagate.
+    """
+
+    def __init__(self, engine, lease: Lease, checkpoints: dict[str, Any] | None = None):
+        self._engine = engine
+        self.lease = lease
+        self._cancel = threading.Event()
+        self.stop_reason = ""
+        self._checkpoints = dict(checkpoints or {})
+        self.logger = logging.getLogger(f"ghostless.task.{lease.type}").getChild(lease.task_id)
+
+    @property
+    def task_id(self) -> str:
+        return self.lease.task_id
+
+    @property
+    def attempt(self) -> int:
+        return self.lease.attempt
+
+    @property
+    def args(self) -> Any:
+        return self.lease.args
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def cancel(self, reason: str) -> None:
+        """Ask the function to stop (called by the heartbeat thread)."""
+        if not self._cancel.is_set():
+            self.stop_reason = reason
+            self._cancel.set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, waking early on cancellation. Returns ``ctx.cancelled``."""
+        return self._cancel.wait(seconds)
+
+    def stage(self, name: str) -> _Stage:
+        """Enter a declared stage (its deadline starts now)."""
+        self._engine.stage(self.lease, name)
+        return _Stage(name)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        self._engine.progress(self.lease, fraction, message)
+
+    def checkpoint(self, key: str, value: Any) -> None:
+        """Save a value later attempts see in ``ctx.checkpoints`` (e.g. an upload already done)."""
+        self._engine.checkpoint(self.lease, key, value)
+        self._checkpoints[key] = value
+
+    @property
+    def checkpoints(self) -> dict[str, Any]:
+        return dict(self._checkpoints)

@@ -1,0 +1,81 @@
+"""The heartbeat thread: renews the lease while the task function runs.
+
+Independent of the task code. On cancellation, lease loss, Redis being
+unreachable past the lease, or a shutdown past its grace, it asks the function
+to stop (``ctx.cancelled``) and, if the function has not returned after the
+grace period, stops the attempt by force through ``force_stop(reason)``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import redis
+
+from . import runtime
+from .context import TaskContext
+from .errors import LeaseLost, TaskCancelled
+
+log = logging.getLogger("ghostless.heartbeat")
+POLL = 0.1  # how often the thread looks at its flags; heartbeats themselves go at lease / 3
+
+
+class Heartbeat(threading.Thread):
+    def __init__(self, engine, ctx: TaskContext, force_stop, grace: float = 10.0, max_failures: int = 3):
+        super().__init__(name=f"ghostless-heartbeat-{ctx.task_id}", daemon=True)
+        self.engine, self.ctx, self.force_stop = engine, ctx, force_stop
+        self.grace, self.max_failures = grace, max_failures
+        self.interval = ctx.lease.lease / 3
+        self.lost = False  # the lease is gone (cancelled, reclaimed): never report
+        self.abandoned = False  # Redis unreachable past the lease: give up locally, never report
+        self._done = threading.Event()
+        self._stop_at: float | None = None  # monotonic time of the forced stop
+        self._stop_reason = ""
+
+    def stop(self) -> None:
+        """The function returned: end the thread."""
+        self._done.set()
+
+    def run(self) -> None:
+        last_ok = next_beat = time.monotonic()
+        next_beat += self.interval
+        failures = 0
+        while not self._done.wait(POLL):
+            now = time.monotonic()
+            if runtime.shutdown_requested.is_set() and not self._stop_at:
+                self.ctx.cancel("shutdown")
+                self._schedule("release", (runtime.shutdown_elapsed() or 0))
+            if self._stop_at is not None and now >= self._stop_at:
+                log.warning("task %s did not stop within %.1fs: stopping it by force (%s)",
+                            self.ctx.task_id, self.grace, self._stop_reason)
+                self.force_stop(self._stop_reason)
+                return
+            if now < next_beat or self.lost or self.abandoned:
+                continue
+            next_beat = now + self.interval
+            try:
+                self.engine.heartbeat(self.ctx.lease)
+                last_ok, failures = now, 0
+            except TaskCancelled:
+                self._lose("cancelled")
+            except LeaseLost as e:
+                self._lose(f"lease lost ({e.state or 'gone'})")
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                failures += 1
+                log.warning("heartbeat of task %s failed (%d): %s", self.ctx.task_id, failures, e)
+                if failures >= self.max_failures or time.monotonic() - last_ok > self.ctx.lease.lease:
+                    self.abandoned = True
+                    self.ctx.cancel("redis unreachable")
+                    self._schedule("abandoned", 0)
+
+    def _lose(self, reason: str) -> None:
+        log.warning("task %s: %s; asking the function to stop", self.ctx.task_id, reason)
+        self.lost = True
+        self.ctx.cancel(reason)
+        self._schedule(reason, 0)
+
+    def _schedule(self, reason: str, elapsed: float) -> None:
+        if self._stop_at is None:
+            self._stop_reason = reason
+            self._stop_at = time.monotonic() + max(0.0, self.grace - elapsed)

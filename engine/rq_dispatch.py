@@ -1,0 +1,46 @@
+"""The RQ executor: each dispatch is one RQ job whose only argument is the task id.
+
+Jobs use RQ's JSON serializer (never pickle), a job id unique per dispatch,
+``unique=True``, no RQ retries (the engine owns retries) and short result TTLs.
+"""
+from __future__ import annotations
+
+from rq import Queue
+from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+
+JOB_FUNC = "engine.runner.run_task"
+GRACE = 30.0  # RQ's job timeout is the attempt timeout plus this: the engine's deadline fires first
+RESULT_TTL = 60  # RQ's own records matter for minutes at most; the task hash is the record
+FAILURE_TTL = 3600
+
+
+def rq_queue_name(namespace: str, queue: str) -> str:
+    return f"{namespace}.{queue}"
+
+
+class RQDispatcher:
+    active = True
+
+    def __init__(self, redis, namespace: str):
+        self.redis = redis
+        self.namespace = namespace
+
+    def rq_queue(self, queue: str) -> Queue:
+        return Queue(rq_queue_name(self.namespace, queue), connection=self.redis, serializer=JSONSerializer)
+
+    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float) -> None:
+        try:
+            self.rq_queue(queue).enqueue_call(
+                JOB_FUNC, args=[task_id], job_id=dispatch_id, unique=True, timeout=int(timeout + GRACE),
+                result_ttl=RESULT_TTL, failure_ttl=FAILURE_TTL, description=f"ghostless task {task_id}")
+        except DuplicateJobError:
+            pass  # a resent enqueue of the same dispatch: the job is there
+
+    def job_exists(self, dispatch_id: str) -> bool:
+        try:
+            status = Job.fetch(dispatch_id, connection=self.redis, serializer=JSONSerializer).get_status()
+        except NoSuchJobError:
+            return False
+        return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)

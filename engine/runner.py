@@ -1,0 +1,125 @@
+"""Runs one attempt of a task: claim, heartbeat, the function, then complete or fail.
+
+``run_task(task_id)`` is the RQ job function (the job's only argument is the
+task id). The task function comes from the engine's registry, never from the
+job: a type this worker does not register is refused by the claim and nothing
+is imported.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+
+from rq import get_current_job
+from rq.timeouts import JobTimeoutException
+
+from . import runtime
+from .context import TaskContext
+from .errors import (
+    IllegalTransition, LeaseLost, PermanentError, TaskNotFound, UnknownTaskType, WrongDispatch,
+)
+from .heartbeat import Heartbeat
+
+log = logging.getLogger("ghostless.runner")
+MAX_REASON = 500
+
+
+class AttemptStopped(BaseException):
+    """Raised into the task function's thread to stop it by force (not an Exception: task
+    code that catches Exception does not swallow it). Nothing is reported."""
+
+
+class AttemptReleased(AttemptStopped):
+    """Stopped by force at the end of a shutdown's grace period: the lease is released."""
+
+
+def run_task(task_id: str) -> None:
+    """RQ job entry point. Ends quietly when the claim is refused (duplicate delivery,
+    cancelled, already done): dispatch is at-least-once, the claim exactly-once per attempt."""
+    engine = runtime.engine()
+    job = get_current_job()
+    worker = runtime.worker()
+    name = getattr(worker, "name", None) or f"pid-{os.getpid()}"
+    claim_id = getattr(worker, "claim_id", None)
+    try:
+        lease = engine.claim(task_id, name, dispatch_id=job.id if job else "", claim_id=claim_id)
+    except UnknownTaskType as e:
+        log.error("refused task %s: type %r is not registered in this worker", task_id, e.name)
+        return
+    except (IllegalTransition, WrongDispatch, TaskNotFound, LeaseLost) as e:
+        log.info("claim of %s refused (%s): nothing to do", task_id, e)
+        return
+    execute(engine, lease, in_horse=bool(worker is not None and getattr(worker, "is_horse", False)))
+
+
+def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> None:
+    """Run the task function under a heartbeat and report its outcome (once, with the lease)."""
+    tt = engine.registry.get(lease.type)
+    ctx = TaskContext(engine, lease, engine.checkpoints(lease.task_id))
+    main = threading.get_ident()
+    hb: Heartbeat
+
+    def force_stop(reason: str) -> None:
+        if in_horse:
+            # A forked work-horse ends here; the parent sees a clean exit and takes the next job.
+            if reason == "release" and not (hb.lost or hb.abandoned):
+                _report(engine.release, lease, "worker shutdown")
+            os._exit(0)
+        _raise_in(main, AttemptReleased if reason == "release" else AttemptStopped)
+
+    grace = tt.lease if grace is None else grace
+    hb = Heartbeat(engine, ctx, force_stop, grace=max(grace, 1.0))
+    hb.start()
+    try:
+        result = tt.fn(ctx, **(lease.args or {}))
+    except AttemptReleased:
+        if not (hb.lost or hb.abandoned):
+            _report(engine.release, lease, "worker shutdown")
+        return
+    except AttemptStopped:
+        log.warning("task %s stopped by force: %s", lease.task_id, ctx.stop_reason)
+        return
+    except (SystemExit, KeyboardInterrupt):
+        _report(engine.release, lease, "worker stopped")
+        raise
+    except LeaseLost as e:
+        log.warning("task %s lost its lease while running: %s", lease.task_id, e)
+        return
+    except PermanentError as e:
+        _finish(hb, engine.fail, lease, e.kind, str(e)[:MAX_REASON], False)
+        return
+    except JobTimeoutException as e:
+        _finish(hb, engine.fail, lease, "timeout", str(e)[:MAX_REASON] or "job timeout", True)
+        return
+    except Exception as e:  # the task's own failure: retried with its backoff
+        log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, e)
+        _finish(hb, engine.fail, lease, type(e).__name__, str(e)[:MAX_REASON], True)
+        return
+    finally:
+        hb.stop()
+    try:
+        _finish(hb, engine.complete, lease, result)
+    except ValueError as e:  # not JSON, or too big: fail for good, saying why
+        _finish(hb, engine.fail, lease, "bad_result", str(e)[:MAX_REASON], False)
+
+
+def _finish(hb: Heartbeat, report, lease, *args) -> None:
+    if hb.lost or hb.abandoned:
+        log.warning("task %s: not reporting the outcome of an attempt whose lease is gone", lease.task_id)
+        return
+    _report(report, lease, *args)
+
+
+def _report(report, lease, *args) -> None:
+    try:
+        report(lease, *args)
+    except LeaseLost as e:
+        log.warning("outcome of task %s refused: %s", lease.task_id, e)
+
+
+def _raise_in(thread_id: int, exc_type: type[BaseException]) -> None:
+    """Raise ``exc_type`` in another thread at its next Python instruction (a function
+    blocked in C code sees it only when that call returns)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))

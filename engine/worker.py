@@ -1,0 +1,121 @@
+"""RQ worker classes wired to the engine, and ``run_worker`` (behind worker.py and
+``ghostless worker``).
+
+- ``fork`` (default): each attempt runs in a forked work-horse. If the horse dies
+  (OOM kill, segfault), the parent reports it at once with the lease's token:
+  a retryable failure ``worker_lost`` that is dispatched again immediately.
+- ``simple``: attempts run in the worker process itself (no isolation).
+
+Shutdown: the first SIGTERM lets the running attempt finish within the grace
+period, then releases it (PROCESSING -> PENDING, no attempt consumed); a second
+SIGTERM stops at once, releasing the lease on the way out.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import uuid
+
+from rq import SimpleWorker, Worker
+from rq.serializers import JSONSerializer
+
+from . import runtime
+from .errors import GhostlessError
+from .rq_dispatch import rq_queue_name
+
+log = logging.getLogger("ghostless.worker")
+WORKER_CLASSES = ("fork", "simple")
+
+
+class _EngineHooks:
+    """What both worker classes add to RQ's: a claim id per job, and reports for lost attempts."""
+
+    engine = None
+    claim_id: str | None = None
+    _task_id: str | None = None
+
+    def execute_job(self, job, queue):
+        # Made before the fork, so the parent knows which claim its horse made.
+        self.claim_id = uuid.uuid4().hex
+        self._task_id = job.args[0] if job.args else None
+        try:
+            super().execute_job(job, queue)
+        finally:
+            self._task_id = None
+
+    def _report_lost(self, why: str, release: bool) -> None:
+        """Report the attempt our horse held (if it still holds it) on its behalf."""
+        if not self._task_id or not self.claim_id:
+            return
+        try:
+            lease = self.engine.lease_for_claim(self._task_id, self.claim_id)
+            if lease is None:
+                return  # the horse reported itself, or the lease was already taken away
+            if release:
+                self.engine.release(lease, why)
+            else:
+                self.engine.fail(lease, "worker_lost", why, retryable=True, retry_in=0)
+            log.warning("task %s: %s (%s)", self._task_id, "released" if release else "reported lost", why)
+        except (GhostlessError, OSError) as e:
+            log.warning("could not report task %s after %s: %s", self._task_id, why, e)
+
+
+class GhostlessWorker(_EngineHooks, Worker):
+    """Fork worker: isolation per attempt, instant report of a dead work-horse."""
+
+    def setup_work_horse_signals(self):
+        super().setup_work_horse_signals()
+        signal.signal(signal.SIGUSR1, lambda *_: runtime.request_shutdown())
+
+    def handle_work_horse_killed(self, job, retpid, ret_val, rusage):
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)
+        if ret_val and os.WIFSIGNALED(ret_val):
+            why = f"work-horse killed by {signal.Signals(os.WTERMSIG(ret_val)).name}"
+        else:
+            why = f"work-horse exited with status {os.waitstatus_to_exitcode(ret_val) if ret_val else ret_val}"
+        self._report_lost(why, release=runtime.shutdown_requested.is_set())
+
+    def handle_warm_shutdown_request(self):
+        runtime.request_shutdown()
+        if self.horse_pid:
+            try:
+                os.kill(self.horse_pid, signal.SIGUSR1)  # the horse's heartbeat thread runs the grace
+            except ProcessLookupError:
+                pass
+
+    def request_force_stop(self, signum, frame):
+        if self.horse_pid:
+            self.kill_horse()
+            self.wait_for_horse()
+            self._report_lost("worker stopped", release=True)
+        super().request_force_stop(signum, frame)
+
+
+class GhostlessSimpleWorker(_EngineHooks, SimpleWorker):
+    """Runs attempts in the worker process; a forced stop interrupts the function."""
+
+    def handle_warm_shutdown_request(self):
+        runtime.request_shutdown()
+
+
+def build_worker(engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None,
+                 **kwargs):
+    if worker_class not in WORKER_CLASSES:
+        raise ValueError(f"worker class must be one of {', '.join(WORKER_CLASSES)}")
+    names = queues or engine.registry.queues()
+    if not names:
+        raise ValueError("no queues: register task types in the app or name queues on the command line")
+    cls = GhostlessWorker if worker_class == "fork" else GhostlessSimpleWorker
+    worker = cls([rq_queue_name(engine.keys.ns, q) for q in names], connection=engine.redis, name=name,
+                 serializer=JSONSerializer, job_monitoring_interval=2, **kwargs)
+    worker.engine = engine
+    runtime.install(engine, worker)
+    return worker
+
+
+def run_worker(engine, queues: list[str] | None = None, worker_class: str = "fork", burst: bool = False,
+               name: str | None = None, logging_level: str = "INFO") -> bool:
+    """Start an RQ worker for the engine's queues (all registered ones by default)."""
+    worker = build_worker(engine, queues, worker_class, name)
+    return worker.work(burst=burst, logging_level=logging_level, with_scheduler=False)
