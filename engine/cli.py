@@ -71,3 +71,12 @@ def sweeper_command(app_spec, redis_url, interval, batch, log_level):
         signal.signal(sig, lambda *_: stop.set())
     logging.getLogger("ghostless.sweeper").info("sweeper started: queues %s", ", ".join(engine.queues()) or "-")
     run_sweeper(engine, interval, batch, stop)
+
+
+@main.command("demo", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def demo_command(ctx):
+    """Run everything on a private Redis with demo tasks (--once: until all are done)."""
+    from .demo import main as demo_main
+
+    ctx.exit(demo_main(ctx.args))

@@ -8,6 +8,16 @@ from typing import Any
 from .models import Lease
 
 
+class AttemptStopped(BaseException):
+    """Ends the task function without an outcome being reported: raised by
+    ``ctx.stop_if_cancelled()``, or into the function by force. A BaseException,
+    so task code catching Exception does not swallow it."""
+
+
+class AttemptReleased(AttemptStopped):
+    """Stopped by force at the end of a shutdown's grace period: the lease is released."""
+
+
 class _Stage:
     """Returned by ctx.stage(): works as a plain call or as a ``with`` block."""
 
@@ -25,8 +35,11 @@ class TaskContext:
     """What a task function gets as its first argument.
 
     ``ctx.cancelled`` turns true when the task is cancelled, its lease is lost or
-    the worker shuts down: long loops should check it and return early. Calls
-    on a lost lease raise LeaseLost; let it propagate.
+    Redis is unreachable past the lease: the outcome will not be recorded, so long
+    loops should check it (or call ``ctx.stop_if_cancelled()``) and stop. Calls on
+    a lost lease raise LeaseLost; let it propagate. A worker shutdown does not
+    cancel: the attempt may finish within the grace period, after which it is
+    stopped by force and released.
     """
 
     def __init__(self, engine, lease: Lease, checkpoints: dict[str, Any] | None = None):
@@ -58,6 +71,11 @@ class TaskContext:
         if not self._cancel.is_set():
             self.stop_reason = reason
             self._cancel.set()
+
+    def stop_if_cancelled(self) -> None:
+        """Raise AttemptStopped when the attempt's outcome can no longer be used."""
+        if self._cancel.is_set():
+            raise AttemptStopped(self.stop_reason)
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``, waking early on cancellation. Returns ``ctx.cancelled``."""

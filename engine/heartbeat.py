@@ -44,7 +44,7 @@ class Heartbeat(threading.Thread):
         while not self._done.wait(POLL):
             now = time.monotonic()
             if runtime.shutdown_requested.is_set() and not self._stop_at:
-                self.ctx.cancel("shutdown")
+                # Not a cancellation: the function may still finish (and be reported) within the grace.
                 self._schedule("release", (runtime.shutdown_elapsed() or 0))
             if self._stop_at is not None and now >= self._stop_at:
                 log.warning("task %s did not stop within %.1fs: stopping it by force (%s)",

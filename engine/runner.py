@@ -16,7 +16,7 @@ from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
 from . import runtime
-from .context import TaskContext
+from .context import AttemptReleased, AttemptStopped, TaskContext
 from .errors import (
     IllegalTransition, LeaseLost, PermanentError, TaskNotFound, UnknownTaskType, WrongDispatch,
 )
@@ -24,15 +24,6 @@ from .heartbeat import Heartbeat
 
 log = logging.getLogger("ghostless.runner")
 MAX_REASON = 500
-
-
-class AttemptStopped(BaseException):
-    """Raised into the task function's thread to stop it by force (not an Exception: task
-    code that catches Exception does not swallow it). Nothing is reported."""
-
-
-class AttemptReleased(AttemptStopped):
-    """Stopped by force at the end of a shutdown's grace period: the lease is released."""
 
 
 def run_task(task_id: str) -> None:

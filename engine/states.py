@@ -46,10 +46,23 @@ class Transition:
     sources: frozenset[State]  # empty for submit (the task does not exist yet)
     targets: frozenset[State]
     who: str
+    #: The state changes one call makes, where not every source goes to every target
+    #: (None as a source: a task that did not exist).
+    edges: tuple[tuple[State | None, State], ...] = ()
+
+    def all_edges(self) -> list[tuple[State | None, State]]:
+        if self.edges:
+            return list(self.edges)
+        return [(s, d) for s in _ordered(self.sources) for d in _ordered(self.targets)] or \
+            [(None, d) for d in _ordered(self.targets)]
 
 
-def _t(verb: str, sources, targets, who: str) -> Transition:
-    return Transition(verb, frozenset(sources), frozenset(targets), who)
+def _ordered(states) -> list[State]:
+    return sorted(states, key=list(State).index)
+
+
+def _t(verb: str, sources, targets, who: str, edges=()) -> Transition:
+    return Transition(verb, frozenset(sources), frozenset(targets), who, tuple(edges))
 
 
 _P, _Q, _R = State.PENDING, State.QUEUED, State.PROCESSING
@@ -70,10 +83,12 @@ TRANSITIONS: dict[str, Transition] = {
         _t("fail", [_R], [_W, _F], "lease holder"),
         _t("release", [_R], [_P], "lease holder"),
         # PROCESSING -> TIMEOUT is always recorded; TIMEOUT -> RETRY_WAITING follows when attempts remain.
-        _t("expire", [_R], [_T, _W], "sweeper"),
+        _t("expire", [_R], [_T, _W], "sweeper", edges=[(_R, _T), (_T, _W)]),
         _t("promote", [_W], [_P], "sweeper"),
         _t("cancel", NON_TERMINAL, [_C], "owner / admin"),
-        _t("edit", NON_TERMINAL, [_C, _P], "owner / admin"),
+        # The old task is cancelled; its replacement is a new task in PENDING.
+        _t("edit", NON_TERMINAL, [_C, _P], "owner / admin",
+           edges=[(s, _C) for s in (_P, _Q, _R, _W)] + [(None, _P)]),
         _t("retry", [_F, _T], [_P], "owner / admin"),
     ]
 }
@@ -81,3 +96,26 @@ TRANSITIONS: dict[str, Transition] = {
 
 def is_legal(verb: str, state: State | str) -> bool:
     return State(state) in TRANSITIONS[verb].sources
+
+
+def mermaid() -> str:
+    """The state diagram of docs/lifecycle.md, generated from TRANSITIONS (a test keeps them equal)."""
+    lines = ["stateDiagram-v2"]
+    for t in TRANSITIONS.values():
+        if t.who == "lease holder" and t.sources == t.targets:
+            continue  # heartbeat, stage, progress, checkpoint: no state change to draw
+        for src, dst in t.all_edges():
+            label = t.verb if src is not None or t.verb == "submit" else f"{t.verb} (the new task)"
+            lines.append(f"    {src.value if src else '[*]'} --> {dst.value}: {label}")
+    lines += [f"    {s.value} --> [*]" for s in _ordered(TERMINAL)]
+    return "\n".join(lines)
+
+
+def table() -> str:
+    """The transition table of docs/lifecycle.md, as Markdown."""
+    rows = ["| verb | from | to | who |", "|---|---|---|---|"]
+    for t in TRANSITIONS.values():
+        src = ", ".join(s.value for s in _ordered(t.sources)) or "(none)"
+        dst = ", ".join(s.value for s in _ordered(t.targets))
+        rows.append(f"| {t.verb} | {src} | {dst} | {t.who} |")
+    return "\n".join(rows)

@@ -1,0 +1,155 @@
+"""``make demo`` / ``ghostless demo``: everything running on one machine, on a private Redis.
+
+Starts a private redis-server in a temp dir (or, when none is installed, an
+embedded fakeredis TCP server), two fork workers and a sweeper, submits a batch
+of simulated image generations, and shows them reach their outcomes.
+``--once`` runs headless until every task is terminal and prints a summary.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = "engine.demo_tasks:engine"
+PROMPTS = ["a cat in a hat", "a lighthouse at dawn", "a red bicycle", "forbidden: a logo", "a foggy forest",
+           "a koi pond", "a city at night", "a paper boat", "a snowy cabin", "a robot reading", "a desert road",
+           "a blue whale"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_redis(workdir: str):
+    port = _free_port()
+    server = shutil.which("redis-server")
+    if server:
+        proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
+                                 "--save", "", "--appendonly", "yes", "--maxmemory-policy", "noeviction"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        kind = f"redis-server (pid {proc.pid}, data in {workdir})"
+        return f"redis://127.0.0.1:{port}/0", kind, proc
+    proc = subprocess.Popen([sys.executable, "-m", "engine.fakeserver", str(port)], cwd=ROOT)
+    return f"redis://127.0.0.1:{port}/0", "embedded fakeredis server (no redis-server installed)", proc
+
+
+def _wait_redis(url: str, timeout: float = 15) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"demo: Redis at {url} did not start")
+            time.sleep(0.05)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="ghostless demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--once", action="store_true", help="run until every demo task is terminal, then exit")
+    parser.add_argument("--tasks", type=int, default=len(PROMPTS), help="how many tasks to submit")
+    parser.add_argument("--timeout", type=float, default=300, help="--once gives up after this many seconds")
+    args = parser.parse_args(argv)
+
+    workdir = tempfile.mkdtemp(prefix="ghostless-demo-")
+    procs: list[subprocess.Popen] = []
+    try:
+        url, kind, redis_proc = _start_redis(workdir)
+        procs.append(redis_proc)
+        _wait_redis(url)
+        os.environ["GHOSTLESS_REDIS_URL"] = url
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL} if args.once else {}
+        cli = [sys.executable, "-m", "engine"]
+        procs.append(subprocess.Popen(cli + ["sweeper", "--app", APP, "--interval", "0.5"], env=env, cwd=ROOT,
+                                      **quiet))
+        for i in range(2):
+            procs.append(subprocess.Popen(cli + ["worker", "--app", APP, "--name", f"demo-worker-{i + 1}",
+                                                 "--log-level", "WARNING"], env=env, cwd=ROOT, **quiet))
+        from engine.demo_tasks import engine
+
+        ids = []
+        for i in range(args.tasks):
+            prompt = PROMPTS[i % len(PROMPTS)]
+            ids.append(engine.submit("generate_image", {"prompt": prompt, "crash": i == 1}, owner="demo",
+                                     idempotency_key=f"demo-{i}").id)
+        print(f"ghostless demo: Redis is {kind}; {len(ids)} tasks submitted to 2 workers and a sweeper.")
+        if not args.once:
+            print("Follow them with: GHOSTLESS_REDIS_URL=%s .venv/bin/python -m engine ... (Ctrl-C stops "
+                  "everything)" % url)
+        return _watch(engine, ids, args.timeout if args.once else None)
+    except KeyboardInterrupt:
+        print("\nstopping the demo...")
+        return 130
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _watch(engine, ids: list[str], timeout: float | None) -> int:
+    start = time.monotonic()
+    last = ""
+    while True:
+        tasks = [engine.get(i) for i in ids]
+        line = "  ".join(f"{s}={n}" for s, n in _count(tasks).items())
+        if line != last:
+            print(f"[{time.monotonic() - start:6.1f}s] {line}", flush=True)
+            last = line
+        if timeout is not None and (all(t and t.terminal for t in tasks) or time.monotonic() - start > timeout):
+            break
+        time.sleep(0.25)
+    return _summary(engine, tasks)
+
+
+def _count(tasks) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in tasks:
+        key = t.status.value if t else "LOST"
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _summary(engine, tasks) -> int:
+    stats = engine.stats().get("images", {})
+    history = {t.id: engine.history(t.id) for t in tasks if t}
+    retries = sum(1 for evs in history.values() for e in evs if e.to == "RETRY_WAITING")
+    crashes = sum(1 for evs in history.values() for e in evs if "worker_lost" in e.reason)
+    lost = sum(1 for t in tasks if t is None)
+    not_done = sum(1 for t in tasks if t and not t.terminal)
+    rows = [(s, n) for s, n in _count(tasks).items()] + [
+        ("retries", retries), ("recovered crashes", crashes),
+        ("stale completions refused", stats.get("stale_rejections", 0)), ("lost", lost), ("not terminal", not_done)]
+    print("\nsummary")
+    for name, n in rows:
+        print(f"  {name:<28}{n:>5}")
+    problems = engine.check()
+    for p in problems:
+        print("  invariant violated:", p)
+    return 0 if not lost and not not_done and not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

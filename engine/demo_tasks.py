@@ -1,0 +1,51 @@
+"""Demo task types that behave like the real thing (``ghostless demo``).
+
+``generate_image`` simulates an image model: a wait for a GPU, generation with
+progress, an upload; some attempts fail transiently (retried), a few prompts
+are refused for good, and one marked task crashes its work-horse mid-way (as
+an OOM kill would) so the demo shows it being recovered.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+from engine import Backoff, Engine, PermanentError
+
+engine = Engine.from_url(namespace=os.environ.get("GHOSTLESS_DEMO_NS", "demo"))
+SPEED = float(os.environ.get("GHOSTLESS_DEMO_SPEED", "1.0"))  # < 1 runs faster (CI)
+
+
+class UpstreamTimeout(Exception):
+    """The (simulated) model API timed out: worth retrying."""
+
+
+def _pause(ctx, seconds: float) -> None:
+    ctx.wait(seconds * SPEED)
+    ctx.stop_if_cancelled()  # cancelled or lease lost: stop without an outcome
+
+
+@engine.task(queue="images", lease=5, timeout=120, max_attempts=4,
+             backoff=Backoff.exponential(base=0.5, factor=2, cap=5, jitter=0.2),
+             stages={"waiting_for_resource": 30, "generating": 60, "uploading": 30},
+             permanent_errors=("bad_prompt",))
+def generate_image(ctx, prompt: str, steps: int = 10, crash: bool = False, flaky: float = 0.25):
+    if "forbidden" in prompt:
+        raise PermanentError(f"prompt {prompt!r} violates the content policy", kind="bad_prompt")
+    with ctx.stage("waiting_for_resource"):
+        _pause(ctx, random.uniform(0.1, 0.5))
+    with ctx.stage("generating"):
+        for i in range(steps):
+            _pause(ctx, random.uniform(0.05, 0.2))
+            ctx.progress((i + 1) / steps, f"step {i + 1} of {steps}")
+            if crash and ctx.attempt == 1 and i == steps // 2:
+                os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does to a work-horse
+        if random.random() < flaky and ctx.attempt < 3:
+            raise UpstreamTimeout("model API timed out")
+    with ctx.stage("uploading"):
+        if "upload_key" not in ctx.checkpoints:
+            _pause(ctx, random.uniform(0.1, 0.3))
+            ctx.checkpoint("upload_key", f"s3://demo-bucket/{ctx.task_id}.png")
+    return {"url": f"https://cdn.example.invalid/{ctx.task_id}.png", "prompt": prompt}

@@ -1,0 +1,1 @@
+"""Lua sources of the transition scripts (data, loaded by engine/scripts.py)."""

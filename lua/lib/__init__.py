@@ -1,0 +1,1 @@
+"""Shared Lua helpers, prepended to every script by engine/scripts.py."""
