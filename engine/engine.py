@@ -16,6 +16,7 @@ from typing import Any, Callable
 import redis as redis_lib
 
 from . import check as check_mod
+from . import listing
 from . import stats as stats_mod
 from . import sweep as sweep_mod
 from .config import Config, ms
@@ -27,6 +28,7 @@ from .registry import Registry, TaskType, as_backoff
 from .scripts import Scripts
 from .server import check_server
 from .states import State
+from .users import Users
 
 MAX_TEXT = 1024  # owner, idempotency key, reason, message
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -56,6 +58,7 @@ class Engine:
         self.dispatcher = dispatcher or NullDispatcher()
         self.scripts = Scripts(redis, self.config)
         self._known_queues: set[str] = set()
+        self.users = Users(redis, self.keys)
         if check:
             check_server(redis, strict=strict)
 
@@ -146,18 +149,28 @@ class Engine:
 
     def get(self, task_id: str, owner: str | None = None) -> Task | None:
         """The task, or None when it does not exist (or belongs to another owner than ``owner``)."""
-        if parse_task_id(task_id) is None:
-            return None
-        k = self.keys.task(task_id)
+        return self.get_many([task_id], owner)[0]
+
+    def get_many(self, task_ids: list[str], owner: str | None = None) -> list[Task | None]:
+        """Several tasks in one round trip (None for missing or foreign ones)."""
+        valid = [t for t in task_ids if parse_task_id(t) is not None]
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hgetall(k.task).get(k.args).get(k.result)
-        h, args, result = pipe.execute()
-        if not h:
-            return None
-        task = Task.from_redis(h, args, result)
-        if owner is not None and task.owner != owner:
-            return None
-        return task
+        for task_id in valid:
+            k = self.keys.task(task_id)
+            pipe.hgetall(k.task).get(k.args).get(k.result)
+        replies = iter(pipe.execute() if valid else [])
+        found = {}
+        for task_id in valid:
+            h, args, result = next(replies), next(replies), next(replies)
+            if h:
+                task = Task.from_redis(h, args, result)
+                found[task_id] = task if owner is None or task.owner == owner else None
+        return [found.get(t) for t in task_ids]
+
+    def list_tasks(self, owner: str | None = None, status: str | None = None, type: str | None = None,
+                   queue: str | None = None, limit: int = 50, cursor: str | None = None):
+        """An owner's tasks (every owner's with ``owner=None``), newest first: (tasks, next cursor)."""
+        return listing.list_tasks(self, owner, status, type, queue, limit, cursor)
 
     def history(self, task_id: str) -> list[Event]:
         """The task's transitions, stages and refused stale calls, oldest first (capped)."""

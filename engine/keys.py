@@ -94,6 +94,19 @@ class Keys:
         digest = hashlib.sha256(f"{owner}\0{key}".encode()).hexdigest()[:32]
         return self.queue_key(queue, f"idem:{digest}")
 
+    def owner_index(self, queue: str, owner: str) -> str:
+        """Zset: one owner's tasks in a queue, scored by creation time (ms)."""
+        digest = hashlib.sha256(owner.encode()).hexdigest()[:32]
+        return self.queue_key(queue, f"owner:{digest}")
+
+    def users(self) -> str:
+        """Hash: user name -> JSON record (admin flag, creation time, token digests)."""
+        return f"{self.ns}:users"
+
+    def tokens(self) -> str:
+        """Hash: sha256 of an API token -> user name (tokens themselves are never stored)."""
+        return f"{self.ns}:tokens"
+
     def queues(self) -> str:
         """Set of every queue name that has seen a task (outside any hash tag)."""
         return f"{self.ns}:queues"

@@ -1,0 +1,69 @@
+"""Listing tasks newest first, per owner (or all, for admins), with filters and a cursor.
+
+Each queue keeps an index zset per owner (and one of all tasks) scored by
+creation time; a listing merges the queues' indexes newest first. The cursor is
+the position of the last task returned: ``<created ms>.<task id>``.
+"""
+from __future__ import annotations
+
+from .models import Task
+
+SCAN = 200  # rows read per index per round (more than SCAN tasks of one owner created in the same
+# millisecond in one queue would end a listing early: the cursor cannot tell them apart)
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def decode_cursor(cursor: str | None) -> tuple[int, str] | None:
+    if not cursor:
+        return None
+    ms, _, task_id = str(cursor).partition(".")
+    if not ms.isdigit() or not task_id:
+        raise ValueError("malformed cursor")
+    return int(ms), task_id
+
+
+def _order(row: tuple[int, str]) -> tuple[int, str]:
+    return -row[0], row[1]  # newest first, ties by id
+
+
+def list_tasks(engine, owner: str | None = None, status: str | None = None, type: str | None = None,
+               queue: str | None = None, limit: int = 50, cursor: str | None = None) -> tuple[list[Task], str | None]:
+    """Tasks newest first; ``owner=None`` lists every owner's (for admins).
+
+    Returns (tasks, cursor of the next page or None). Raises ValueError for a bad limit or cursor.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
+        raise ValueError("limit must be an integer within 1..500")
+    position = decode_cursor(cursor)
+    known = engine.queues()
+    queues = [queue] if queue in known else ([] if queue else known)
+    indexes = [engine.keys.owner_index(q, owner) if owner is not None else engine.keys.queue_key(q, "index")
+               for q in queues]
+    out: list[Task] = []
+    while indexes:
+        rows, frontiers = [], []
+        for index in indexes:
+            top = position[0] if position else "+inf"
+            got = [(int(s), _s(m)) for m, s in
+                   engine.redis.zrevrangebyscore(index, top, "-inf", start=0, num=SCAN, withscores=True)]
+            rows += got
+            if len(got) == SCAN:  # this index may hold more beyond its last row
+                frontiers.append(_order(got[-1]))
+        rows = sorted({r for r in rows if position is None or _order(r) > _order(position)}, key=_order)
+        limit_row = min(frontiers) if frontiers else None
+        safe = [r for r in rows if limit_row is None or _order(r) <= limit_row]
+        if not safe:
+            return out, None
+        for row, task in zip(safe, engine.get_many([r[1] for r in safe], owner=owner)):
+            position = row
+            if task is None or (status and task.status.value != status) or (type and task.type != type):
+                continue
+            out.append(task)
+            if len(out) == limit:
+                return out, f"{row[0]}.{row[1]}"
+        if limit_row is None:
+            return out, None
+    return out, None

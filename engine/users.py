@@ -1,0 +1,81 @@
+"""Users and API tokens, kept in Redis. Tokens are shown once and stored only as SHA-256 digests."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    admin: bool = False
+    created_at: float = 0.0
+    tokens: int = 0
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class Users:
+    def __init__(self, redis, keys):
+        self.redis, self.keys = redis, keys
+
+    def add(self, name: str, admin: bool = False) -> str:
+        """Create the user (or keep it) and issue a new API token; returns the token (shown once)."""
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ValueError("user name must be 1-64 letters, digits or . _ @ -")
+        token = "gl_" + secrets.token_urlsafe(32)
+        digest = _digest(token)
+        raw = self.redis.hget(self.keys.users(), name)
+        record = json.loads(raw) if raw else {"admin": bool(admin), "created_at": time.time(), "tokens": []}
+        record["admin"] = bool(admin) or record["admin"]
+        record["tokens"].append(digest)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(self.keys.users(), name, json.dumps(record))
+        pipe.hset(self.keys.tokens(), digest, name)
+        pipe.execute()
+        return token
+
+    def list(self) -> list[User]:
+        out = []
+        for name, raw in sorted(self.redis.hgetall(self.keys.users()).items()):
+            r = json.loads(raw)
+            out.append(User(_s(name), r["admin"], r["created_at"], len(r["tokens"])))
+        return out
+
+    def get(self, name: str) -> User | None:
+        raw = self.redis.hget(self.keys.users(), name) if isinstance(name, str) else None
+        if not raw:
+            return None
+        r = json.loads(raw)
+        return User(name, r["admin"], r["created_at"], len(r["tokens"]))
+
+    def revoke(self, name: str) -> bool:
+        """Remove the user and every token of theirs. Returns False when there was no such user."""
+        raw = self.redis.hget(self.keys.users(), name)
+        if not raw:
+            return False
+        pipe = self.redis.pipeline(transaction=True)
+        for digest in json.loads(raw)["tokens"]:
+            pipe.hdel(self.keys.tokens(), digest)
+        pipe.hdel(self.keys.users(), name)
+        pipe.execute()
+        return True
+
+    def authenticate(self, token: object) -> User | None:
+        """The user a token belongs to, or None (also for malformed input)."""
+        if not isinstance(token, str) or not 8 <= len(token) <= 256:
+            return None
+        name = self.redis.hget(self.keys.tokens(), _digest(token))
+        return self.get(_s(name)) if name else None
