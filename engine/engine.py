@@ -131,19 +131,27 @@ class Engine:
                     max_attempts=tt.max_attempts, args=json.loads(args_json), created_at=now, updated_at=now,
                     version=1, priority=priority, idempotency_key=idempotency_key or "")
         if delay_ms == 0 and self.dispatcher.active:
-            self.dispatch(task_id, tt)
+            self.dispatch_known(task_id, tt, priority)
             task.status, task.version = State.QUEUED, 2
         return task
 
-    def dispatch(self, task_id: str, task_type: TaskType | None = None) -> str:
+    def dispatch(self, task_id: str) -> str:
         """Hand a PENDING task to the executor, then record PENDING -> QUEUED. Returns the dispatch id.
 
         A crash between the two leaves the task in the ``dispatch`` set: the sweeper
         dispatches it again, and the claim refuses whichever delivery is not current.
+        Raises TaskNotFound, UnknownTaskType, IllegalTransition.
         """
-        tt = task_type or self.registry.get(self._hget(task_id, "type"))
+        row = self.redis.hmget(self._keys(task_id).task, "type", "priority")
+        if row[0] is None:
+            raise TaskNotFound(task_id)
+        type_name, priority = (v.decode() if isinstance(v, bytes) else v for v in row)
+        return self.dispatch_known(task_id, self.registry.get(type_name), int(priority or 0))
+
+    def dispatch_known(self, task_id: str, tt: TaskType, priority: int) -> str:
+        """``dispatch`` when the caller already knows the task's type and priority."""
         dispatch_id = uuid.uuid4().hex
-        self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, 0, tt.timeout)
+        self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, priority, tt.timeout)
         self.scripts.dispatch(self.keys.task(task_id), task_id, dispatch_id, ms(self.config.requeue_after))
         return dispatch_id
 
@@ -211,8 +219,9 @@ class Engine:
     def retry(self, task_id: str, *, by: str, admin: bool = False) -> None:
         """Reopen a FAILED or TIMEOUT task (attempts start again); audited in its history."""
         by = _text("by", by)
-        self.scripts.manage("retry", self._keys(task_id), task_id, by, "1" if admin else "0", uuid.uuid4().hex)
-        if self.dispatcher.active:
+        reply = self.scripts.manage("retry", self._keys(task_id), task_id, by, "1" if admin else "0",
+                                    uuid.uuid4().hex)
+        if self.dispatcher.active and reply[0] == Code.OK:
             self.dispatch(task_id)
 
     # -- worker calls -----------------------------------------------------------------------------
@@ -302,8 +311,8 @@ class Engine:
 
     def release(self, lease: Lease, reason: str = "released") -> None:
         """Give the task back to PENDING without consuming an attempt (graceful shutdown)."""
-        self._holder("release", lease, _text("reason", reason), lease.worker)
-        if self.dispatcher.active:
+        reply = self._holder("release", lease, _text("reason", reason), lease.worker)
+        if self.dispatcher.active and reply[0] == Code.OK:
             self.dispatch(lease.task_id)
 
     # -- operations -------------------------------------------------------------------------------
@@ -327,12 +336,6 @@ class Engine:
         if parse_task_id(task_id) is None:
             raise TaskNotFound(str(task_id))
         return self.keys.task(task_id)
-
-    def _hget(self, task_id: str, field: str) -> str:
-        value = self.redis.hget(self._keys(task_id).task, field)
-        if value is None:
-            raise TaskNotFound(task_id)
-        return value.decode() if isinstance(value, bytes) else value
 
     def _require(self, task_id: str) -> Task:
         task = self.get(task_id)

@@ -26,6 +26,9 @@ class SweepReport:
     next_in: float | None = None  # seconds until the earliest deadline of any queue
     reasons: dict = field(default_factory=dict)  # expiry reason -> count
 
+    def progress(self) -> int:
+        return self.expired + self.promoted + self.dispatched + self.refreshed + self.purged
+
     @property
     def acted(self) -> bool:
         return bool(self.expired or self.promoted or self.dispatched or self.purged)
@@ -43,9 +46,12 @@ def sweep(engine, batch: int = 1000) -> SweepReport:
         raise ValueError("batch must be at least 1")
     report = SweepReport()
     for queue in engine.queues():
+        # Another batch only while the last one was full and moved something: due tasks that
+        # cannot move (a type this process does not know) must not keep the tick spinning.
         while True:
+            before = report.progress()
             full = _sweep_queue(engine, queue, batch, report)
-            if not full:
+            if not full or report.progress() == before:
                 break
     return report
 
@@ -97,10 +103,9 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
 def _redispatch(engine, task_ids: list[str], report: SweepReport) -> None:
     pipe = engine.redis.pipeline(transaction=False)
     for tid in task_ids:
-        pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type")
-    for tid, (status, dispatch_id, type_name) in zip(task_ids, pipe.execute()):
-        status = status.decode() if isinstance(status, bytes) else status
-        dispatch_id = dispatch_id.decode() if isinstance(dispatch_id, bytes) else (dispatch_id or "")
+        pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type", "priority")
+    for tid, row in zip(task_ids, pipe.execute()):
+        status, dispatch_id, type_name, priority = (v.decode() if isinstance(v, bytes) else (v or "") for v in row)
         if status not in (State.PENDING.value, State.QUEUED.value):
             continue
         try:
@@ -109,7 +114,7 @@ def _redispatch(engine, task_ids: list[str], report: SweepReport) -> None:
                 engine.scripts.dispatch(engine.keys.task(tid), tid, dispatch_id, _requeue_ms(engine))
                 report.refreshed += 1
             else:
-                engine.dispatch(tid)
+                engine.dispatch_known(tid, engine.registry.get(type_name), int(priority or 0))
                 report.dispatched += 1
         except GhostlessError:
             continue  # changed meanwhile (claimed, cancelled) or a type this process does not know

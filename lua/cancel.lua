@@ -14,6 +14,6 @@ if not LEGAL.cancel[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()
 change(K, t, 'cancel', 'CANCELLED', now, 0,
-  {finished_at = now, reason = ARGV[7], error_kind = 'cancelled', cancelled_by = by},
+  {finished_at = now, reason = ARGV[7], error_kind = 'cancelled', cancelled_by = by, next_retry_at = ''},
   {by = by, reason = ARGV[7]})
 return {C.OK, t.version}

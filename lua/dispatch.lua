@@ -4,14 +4,18 @@
 -- KEYS[1..13]: the task's keys
 -- ARGV[1..4]: engine config; ARGV[5]: dispatch id (the executor's job id);
 --   ARGV[6]: ms until the sweeper checks that the job still exists
--- Returns: {OK, version} | {REPLAYED, version} when this dispatch id is already current |
+-- Returns: {OK, version} | {REPLAYED, version} when this dispatch id is already current (its
+--   job still exists: the sweeper's next check moves to ARGV[6] from now) |
 --   {NOT_FOUND} | {ILLEGAL_TRANSITION, state}
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
-if t.dispatch_id == ARGV[5] then return {C.REPLAYED, t.version} end
+local now = now_ms()
+if t.dispatch_id == ARGV[5] then
+  if t.status == 'QUEUED' then redis.call('ZADD', K.dispatch, now + tonumber(ARGV[6]), t.id) end
+  return {C.REPLAYED, t.version}
+end
 if not LEGAL.dispatch[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
-local now = now_ms()
 local reason = ''
 if t.status == 'QUEUED' then reason = 'redispatch' end
 change(K, t, 'dispatch', 'QUEUED', now, now + tonumber(ARGV[6]),

@@ -17,7 +17,7 @@ if not LEGAL.edit[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 local now = now_ms()
 change(K, t, 'edit', 'CANCELLED', now, 0,
   {finished_at = now, reason = 'superseded by ' .. new_id, error_kind = 'cancelled',
-   cancelled_by = by, superseded_by = new_id},
+   cancelled_by = by, superseded_by = new_id, next_retry_at = ''},
   {by = by, reason = 'superseded by ' .. new_id})
 create(N, {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
   max_attempts = t.max_attempts, lease_ms = t.lease_ms, timeout_ms = t.timeout_ms,

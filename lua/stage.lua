@@ -14,10 +14,7 @@ if refused then return refused end
 local name = ARGV[6]
 if t.stage == name then return {C.REPLAYED, t.version} end
 
-if t.stage ~= '' then
-  redis.call('HINCRBY', K.stats, 'stage_ms:' .. t.stage, now - t.stage_since)
-  redis.call('HINCRBY', K.stats, 'stage_n:' .. t.stage, 1)
-end
+close_stage(K, t, now)
 local timeout = tonumber(ARGV[7])
 local deadline = 0
 if timeout > 0 then deadline = now + timeout end

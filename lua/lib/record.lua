@@ -37,10 +37,19 @@ local function place(K, id, from, to, score, now)
   end
 end
 
+-- Adds the time spent in the current stage to the stage statistics.
+local function close_stage(K, t, now)
+  if t.stage and t.stage ~= '' then
+    redis.call('HINCRBY', K.stats, 'stage_ms:' .. t.stage, now - t.stage_since)
+    redis.call('HINCRBY', K.stats, 'stage_n:' .. t.stage, 1)
+  end
+end
+
 -- The one way a task changes state. Checks nothing: callers validate first.
 -- `score`: deadline in the target state's set (ignored for terminal states).
 local function change(K, t, verb, to, now, score, fields, ev)
   local from = t.status
+  if from == 'PROCESSING' then close_stage(K, t, now) end
   if from then
     redis.call('HINCRBY', K.counts, from, -1)
     redis.call('HINCRBY', K.stats, 'tis_ms:' .. from, now - t.state_since)

@@ -1,0 +1,83 @@
+"""dispatch.lua: recording that an executor job exists for a task. One test per return code.
+
+The executor is tests.support.fakes.FakeDispatcher (in memory).
+"""
+import pytest
+
+from engine import Code, IllegalTransition, State, TaskNotFound
+from tests.support.fakes import FakeDispatcher
+from tests.support.snapshots import raw_task, sibling, snapshot
+
+
+@pytest.fixture
+def executor():
+    return FakeDispatcher()
+
+
+@pytest.fixture
+def dispatching(engine, executor):
+    """The test engine with an executor attached."""
+    return sibling(engine, dispatcher=executor)
+
+
+def test_submitted_task_is_handed_to_the_executor_and_becomes_queued(dispatching, executor):
+    task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice", priority=5)
+    [(task_id, queue, dispatch_id)] = executor.enqueued
+    assert (task_id, queue) == (task.id, "images")
+    got, h = dispatching.get(task.id), raw_task(dispatching, task.id)
+    assert (task.status, got.status, got.version) == (State.QUEUED, State.QUEUED, 2)
+    assert h["dispatch_id"] == dispatch_id
+    k = dispatching.keys.task(task.id)
+    assert dispatching.redis.zscore(k.dispatch, task.id) == int(h["dispatched_at"]) + 300_000  # requeue_after
+    event = dispatching.history(task.id)[-1]
+    assert (event.verb, event.from_, event.to, event.reason) == ("dispatch", "PENDING", "QUEUED", "")
+    assert dispatching.check() == []
+
+
+def test_the_executor_receives_the_priority_the_task_was_submitted_with(dispatching, executor):
+    task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice", priority=5)
+    assert executor.priorities[executor.dispatches(task.id)[0]] == 5
+
+
+def test_dispatching_a_queued_task_again_replaces_its_dispatch_id(dispatching, executor):
+    task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice")
+    second = dispatching.dispatch(task.id)
+    assert raw_task(dispatching, task.id)["dispatch_id"] == second != executor.dispatches(task.id)[0]
+    event = dispatching.history(task.id)[-1]
+    assert (event.from_, event.to, event.reason) == ("QUEUED", "QUEUED", "redispatch")
+    assert dispatching.check() == []
+
+
+def test_dispatch_with_the_current_dispatch_id_is_replayed_and_only_rearms_the_job_check(
+        dispatching, executor):
+    task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice")
+    before = snapshot(dispatching, task.id)
+    reply = dispatching.scripts.call("dispatch", dispatching.keys.task(task.id),
+                                     [executor.dispatches(task.id)[0], 300_000])
+    assert reply == [Code.REPLAYED, 2]
+    after = snapshot(dispatching, task.id)
+    old_check = before["tasks"][task.id]["sets"].pop("dispatch")
+    assert after["tasks"][task.id]["sets"].pop("dispatch") >= old_check
+    assert after == before
+
+
+def test_dispatch_of_a_task_that_does_not_exist_is_task_not_found(dispatching):
+    ghost = "images.0123456789abcdef0123"
+    with pytest.raises(TaskNotFound):
+        dispatching.scripts.dispatch(dispatching.keys.task(ghost), ghost, "d-1", 1000)
+    with pytest.raises(TaskNotFound):
+        dispatching.dispatch(ghost)
+    assert dispatching.redis.keys(f"*{ghost}*") == []
+
+
+@pytest.mark.parametrize("state", [State.PROCESSING, State.SUCCESS])
+def test_dispatch_of_a_task_not_pending_or_queued_is_an_illegal_transition(dispatching, state):
+    task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice")
+    lease = dispatching.claim(task.id, "w1")
+    if state == State.SUCCESS:
+        dispatching.complete(lease, {})
+    before = snapshot(dispatching, task.id)
+    with pytest.raises(IllegalTransition) as err:
+        dispatching.scripts.dispatch(dispatching.keys.task(task.id), task.id, "d-late", 1000)
+    assert (err.value.state, err.value.verb) == (state, "dispatch")
+    assert snapshot(dispatching, task.id) == before

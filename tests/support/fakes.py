@@ -1,0 +1,28 @@
+"""An in-memory executor for the engine's dispatch hook (engine/dispatch.py protocol)."""
+from __future__ import annotations
+
+
+class FakeDispatcher:
+    """Records every job it is handed; a test can lose one to play a crashed executor."""
+
+    active = True
+
+    def __init__(self):
+        self.jobs: dict[str, str] = {}  # live jobs: dispatch id -> task id
+        self.enqueued: list[tuple[str, str, str]] = []  # every enqueue: (task id, queue, dispatch id)
+        self.priorities: dict[str, int] = {}  # dispatch id -> priority it was enqueued with
+
+    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float) -> None:
+        self.jobs[dispatch_id] = task_id
+        self.enqueued.append((task_id, queue, dispatch_id))
+        self.priorities[dispatch_id] = priority
+
+    def job_exists(self, dispatch_id: str) -> bool:
+        return dispatch_id in self.jobs
+
+    def lose(self, dispatch_id: str) -> None:
+        del self.jobs[dispatch_id]
+
+    def dispatches(self, task_id: str) -> list[str]:
+        """Dispatch ids made for ``task_id``, oldest first."""
+        return [d for t, _, d in self.enqueued if t == task_id]

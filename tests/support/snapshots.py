@@ -1,0 +1,113 @@
+"""What the contract tests share: snapshots of every key a script may write (to compare before
+and after a call), engines sharing a test's Redis, and ready-made lease holders."""
+from __future__ import annotations
+
+import copy
+
+from engine import Config, Engine, Lease
+from tests.conftest import register_test_types
+
+DEADLINE_SETS = ("dispatch", "leases", "retries", "expiry", "index")
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def raw_task(engine: Engine, task_id: str) -> dict[str, str]:
+    """The task hash as stored (strings), {} when it is gone."""
+    return {_s(k): _s(v) for k, v in engine.redis.hgetall(engine.keys.task(task_id).task).items()}
+
+
+def task_snapshot(engine: Engine, task_id: str) -> dict:
+    """Every key of one task, and its score in each deadline set and the index."""
+    k, r = engine.keys.task(task_id), engine.redis
+    return {
+        "hash": raw_task(engine, task_id),
+        "args": _s(r.get(k.args)),
+        "result": _s(r.get(k.result)),
+        "history": [_s(h) for h in r.lrange(k.history, 0, -1)],
+        "checkpoints": {_s(a): _s(b) for a, b in r.hgetall(k.checkpoints).items()},
+        "sets": {name: r.zscore(getattr(k, name), task_id) for name in DEADLINE_SETS},
+    }
+
+
+def queue_snapshot(engine: Engine, queue: str) -> dict:
+    """A queue's counters, statistics and event stream length."""
+    r, q = engine.redis, engine.keys
+    return {
+        "counts": {_s(a): int(b) for a, b in r.hgetall(q.queue_key(queue, "counts")).items()},
+        "stats": {_s(a): int(b) for a, b in r.hgetall(q.queue_key(queue, "stats")).items()},
+        "events": r.xlen(q.queue_key(queue, "events")),
+    }
+
+
+def snapshot(engine: Engine, *task_ids: str) -> dict:
+    """Everything a script on these tasks may write: the tasks' keys and their queues' keys."""
+    queues = sorted({tid.split(".")[0] for tid in task_ids})
+    return {"tasks": {tid: task_snapshot(engine, tid) for tid in task_ids},
+            "queues": {q: queue_snapshot(engine, q) for q in queues}}
+
+
+def stale_rejections(engine: Engine, queue: str = "images") -> int:
+    return engine.stats()[queue]["stale_rejections"]
+
+
+def sibling(engine: Engine, config: Config | None = None, dispatcher=None, types: bool = True) -> Engine:
+    """Another engine on the same Redis and namespace (own config, dispatcher, registry)."""
+    other = Engine(engine.redis, namespace=engine.keys.ns, config=config, dispatcher=dispatcher)
+    return register_test_types(other) if types else other
+
+
+def ghost_lease(task_id: str = "images.0123456789abcdef0123", token: int = 1, type: str = "render") -> Lease:
+    """A lease on a well-formed task id that no task has."""
+    return Lease(task_id=task_id, token=token, attempt=1, args={}, type=type, worker="w1", lease=30.0,
+                 max_attempts=3)
+
+
+#: Each lease-holder call with valid arguments for the ``render`` type.
+HOLDER_CALLS = {
+    "heartbeat": lambda e, lease: e.heartbeat(lease),
+    "stage": lambda e, lease: e.stage(lease, "generating"),
+    "progress": lambda e, lease: e.progress(lease, 0.5, "half way"),
+    "checkpoint": lambda e, lease: e.checkpoint(lease, "page", {"n": 3}),
+    "complete": lambda e, lease: e.complete(lease, {"url": "s3://x"}),
+    "fail": lambda e, lease: e.fail(lease, "boom", "it broke"),
+    "release": lambda e, lease: e.release(lease),
+}
+
+
+def claimed(engine: Engine, type: str = "render"):
+    """A task of alice claimed by worker w1: (task, lease)."""
+    task = engine.submit(type, {"prompt": "a cat"}, owner="alice")
+    return task, engine.claim(task.id, "w1")
+
+
+def reclaimed(engine: Engine, type: str = "render"):
+    """A task claimed by w1, released, and claimed again by w2: w1's lease (token 1) is stale.
+
+    Returns (task, stale lease, current lease).
+    """
+    task = engine.submit(type, {"prompt": "p"}, owner="alice")
+    stale = engine.claim(task.id, "w1")
+    engine.release(stale, "shutdown")
+    current = engine.claim(task.id, "w2")
+    assert (stale.token, current.token) == (1, 2)
+    return task, stale, current
+
+
+def assert_only_stale_recorded(engine: Engine, before: dict, task_id: str, verb: str, token: int) -> None:
+    """After a refused call: one 'stale' history entry, one stale rejection and one stream event
+    more than ``before``; every other key of the task and its queue exactly as it was."""
+    queue = task_id.split(".")[0]
+    before, after = copy.deepcopy(before), snapshot(engine, task_id)
+    event = engine.history(task_id)[-1]
+    assert (event.kind, event.verb, str(event.extra["token"])) == ("stale", verb, str(token))
+    rejected_before = before["queues"][queue]["stats"].pop("stale_rejections", 0)
+    assert stale_rejections(engine, queue) == rejected_before + 1
+    # Take out what a refusal may add; the rest must be untouched.
+    after["tasks"][task_id]["history"].pop()
+    after["queues"][queue]["stats"].pop("stale_rejections")
+    assert after["queues"][queue]["events"] == before["queues"][queue]["events"] + 1
+    after["queues"][queue]["events"] = before["queues"][queue]["events"]
+    assert after == before
