@@ -35,10 +35,16 @@ def _check_queue(engine, queue: str) -> list[str]:
         pipe = r.pipeline(transaction=False)
         for tid in chunk:
             pipe.hmget(k.task(tid).task, "status", "lease_until", "attempt_deadline", "stage_deadline",
-                       "token", "attempt")
-        for tid, row in zip(chunk, pipe.execute()):
+                       "token", "attempt", "owner")
+        rows = pipe.execute()
+        pipe = r.pipeline(transaction=False)
+        for tid, row in zip(chunk, rows):
+            pipe.zscore(k.owner_index(queue, _s(row[6]) or ""), tid)
+        for tid, row, listed in zip(chunk, rows, pipe.execute()):
             seen.add(tid)
-            status, lease_until, attempt_dl, stage_dl, token, attempt = (_s(x) for x in row)
+            status, lease_until, attempt_dl, stage_dl, token, attempt, owner = (_s(x) for x in row)
+            if listed is None and status is not None:
+                problems.append(f"{tid}: missing from its owner's ({owner}) task index")
             if status is None:
                 problems.append(f"{tid}: in the index but its hash is gone")
                 continue

@@ -117,7 +117,7 @@ class Engine:
         self._remember_queue(tt.queue)
         digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
         idem = self.keys.idempotency(tt.queue, owner, idempotency_key) if idempotency_key else None
-        reply = self.scripts.submit(self.keys.task(task_id), idem, [
+        reply = self.scripts.submit(self.keys.task(task_id), self.keys.owner_index(tt.queue, owner), idem, [
             task_id, tt.name, owner, args_json, digest, tt.max_attempts, ms(tt.lease), ms(tt.timeout),
             priority, delay_ms, tt.backoff.spec(), ms(self.config.idempotency_ttl), idempotency_key or "",
             tt.queue])
@@ -208,8 +208,13 @@ class Engine:
         by = _text("by", by)
         args_json = self._args_json(args)
         old_keys = self._keys(task_id)
-        new_id = new_task_id(parse_task_id(task_id))
-        reply = self.scripts.manage("edit", [*old_keys, *self.keys.task(new_id)], task_id,
+        queue = parse_task_id(task_id)
+        new_id = new_task_id(queue)
+        owner = self.redis.hget(old_keys.task, "owner")
+        if owner is None:
+            raise TaskNotFound(task_id)
+        owner_index = self.keys.owner_index(queue, owner.decode() if isinstance(owner, bytes) else owner)
+        reply = self.scripts.manage("edit", [*old_keys, *self.keys.task(new_id), owner_index], task_id,
                                     by, "1" if admin else "0", new_id, args_json)
         new_id = reply[1]
         if self.dispatcher.active:

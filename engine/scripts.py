@@ -82,8 +82,8 @@ class Scripts:
         return reply if client is not None else parse(reply)
 
     # -- client calls -----------------------------------------------------------------------------
-    def submit(self, keys: TaskKeys, idem_key: str | None, argv: Sequence[Any]) -> list:
-        return self.call("submit", [*keys, idem_key] if idem_key else keys, argv)
+    def submit(self, keys: TaskKeys, owner_index: str, idem_key: str | None, argv: Sequence[Any]) -> list:
+        return self.call("submit", [*keys, owner_index, *([idem_key] if idem_key else [])], argv)
 
     def dispatch(self, keys: TaskKeys, task_id: str, dispatch_id: str, requeue_ms: int) -> list:
         return _refuse(self.call("dispatch", keys, [dispatch_id, requeue_ms]), "dispatch", task_id)

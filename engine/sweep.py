@@ -92,12 +92,26 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
                 if r[0] == Code.OK]
     report.promoted += len(promoted)
 
-    for r in _run(engine, "purge", expiry_ids, lambda tid: [tid]):
-        report.purged += r[0] == Code.OK
+    report.purged += _purge(engine, queue, expiry_ids)
 
     if engine.dispatcher.active:
         _redispatch(engine, promoted + [t for t in dispatch_ids if t not in set(promoted)], report)
     return any(len(ids) >= batch for ids in lists)
+
+
+def _purge(engine, queue: str, task_ids: list[str]) -> int:
+    """Delete terminal tasks past retention (their owner's index entry too)."""
+    if not task_ids:
+        return 0
+    pipe = engine.redis.pipeline(transaction=False)
+    for tid in task_ids:
+        pipe.hget(engine.keys.task(tid).task, "owner")
+    owners = [o.decode() if isinstance(o, bytes) else o for o in pipe.execute()]
+    pipe = engine.redis.pipeline(transaction=False)
+    for tid, owner in zip(task_ids, owners):
+        keys = [*engine.keys.task(tid), *([engine.keys.owner_index(queue, owner)] if owner else [])]
+        engine.scripts.call("purge", keys, [tid], client=pipe)
+    return sum(parse(r)[0] == Code.OK for r in pipe.execute())
 
 
 def _redispatch(engine, task_ids: list[str], report: SweepReport) -> None:

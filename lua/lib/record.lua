@@ -79,9 +79,9 @@ local function touch(K, t, now, fields, kind, ev, hist)
   emit(K, t, kind, now, ev, hist)
 end
 
--- Creates a task hash in PENDING. `f` holds the type's settings; the caller
--- has already checked that the id is free.
-local function create(K, f, args_json, now, delay_ms, ev)
+-- Creates a task hash in PENDING, listed in its queue's index and its owner's. `f` holds the
+-- type's settings; the caller has already checked that the id is free.
+local function create(K, owner_index, f, args_json, now, delay_ms, ev)
   local t = {}
   f.attempt = 0
   f.token = 0
@@ -89,6 +89,7 @@ local function create(K, f, args_json, now, delay_ms, ev)
   f.created_at = now
   redis.call('SET', K.args, args_json)
   redis.call('ZADD', K.index, now, f.id)
+  redis.call('ZADD', owner_index, now, f.id)
   t.id, t.owner, t.type = f.id, f.owner, f.type
   local due = now + delay_ms
   if delay_ms == 0 then due = now + CFG.dispatch_grace_ms end

@@ -156,7 +156,7 @@ def test_edit_with_an_executor_dispatches_the_replacement(engine):
 def test_resent_edit_with_the_same_new_id_is_replayed_and_changes_nothing(engine):
     old = submitted(engine)
     new_id = new_task_id("images")
-    keys = [*engine.keys.task(old.id), *engine.keys.task(new_id)]
+    keys = [*engine.keys.task(old.id), *engine.keys.task(new_id), engine.keys.owner_index("images", "alice")]
     argv = ["alice", "0", new_id, '{"prompt":"a dog"}']
     assert engine.scripts.call("edit", keys, argv)[:2] == [Code.OK, new_id]
     before = snapshot(engine, old.id, new_id)
