@@ -8,6 +8,7 @@ from __future__ import annotations
 from .states import DEADLINE_SET, State, TERMINAL
 
 SETS = ("dispatch", "leases", "retries", "expiry")
+LINE = "ready"  # QUEUED tasks only, in the order workers take them
 CHUNK = 500
 
 
@@ -15,18 +16,19 @@ def _s(v):
     return v.decode() if isinstance(v, bytes) else v
 
 
-def check(engine) -> list[str]:
+def check(engine, progress=None) -> list[str]:
+    """Violations of every queue; ``progress(queue, n)`` is called as each batch of n tasks is checked."""
     problems: list[str] = []
     for queue in engine.queues():
-        problems += _check_queue(engine, queue)
+        problems += _check_queue(engine, queue, progress)
     return problems
 
 
-def _check_queue(engine, queue: str) -> list[str]:
+def _check_queue(engine, queue: str, progress=None) -> list[str]:
     r, k = engine.redis, engine.keys
     problems: list[str] = []
     members = {name: {_s(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
-               for name in SETS}
+               for name in SETS + (LINE,)}
     ids = [_s(m) for m in r.zrange(k.queue_key(queue, "index"), 0, -1)]
     scanned = {s.value: 0 for s in State}
     seen = set()
@@ -53,6 +55,9 @@ def _check_queue(engine, queue: str) -> list[str]:
             expected = DEADLINE_SET.get(State(status), "expiry")
             if where != [expected]:
                 problems.append(f"{tid}: {status} is in {where or 'no set'}, expected exactly [{expected}]")
+            if (status == State.QUEUED.value) != (tid in members[LINE]):
+                problems.append(f"{tid}: {status} {'missing from' if tid not in members[LINE] else 'in'} "
+                                f"the ready line")
             if status == State.PROCESSING.value:
                 parts = [int(lease_until), int(attempt_dl)] + ([int(stage_dl)] if int(stage_dl or 0) else [])
                 score = members["leases"].get(tid)
@@ -60,6 +65,8 @@ def _check_queue(engine, queue: str) -> list[str]:
                     problems.append(f"{tid}: lease score {int(score)} != deadline {min(parts)}")
             if int(token or 0) < int(attempt or 0) and State(status) not in TERMINAL:
                 problems.append(f"{tid}: fencing token {token} below attempt {attempt}")
+        if progress is not None:
+            progress(queue, len(chunk))
     for name, m in members.items():
         for tid in m.keys() - seen:
             problems.append(f"{tid}: in the {name} set of queue {queue} but not a task of it")

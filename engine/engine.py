@@ -17,6 +17,8 @@ import redis as redis_lib
 
 from . import check as check_mod
 from . import listing
+from . import priority as priority_mod
+from . import periodic as periodic_mod
 from . import stats as stats_mod
 from . import sweep as sweep_mod
 from .config import Config, ms
@@ -84,6 +86,8 @@ class Engine:
 
         return register
 
+    periodic = periodic_mod.register  # engine.periodic(name, cron=..., args=...): engine/periodic.py
+
     def queues(self) -> list[str]:
         """Every queue with registered types or submitted tasks."""
         found = {q.decode() if isinstance(q, bytes) else q for q in self.redis.smembers(self.keys.queues())}
@@ -110,8 +114,7 @@ class Engine:
         owner = _text("owner", owner)
         if idempotency_key is not None:
             idempotency_key = _text("idempotency_key", idempotency_key)
-        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 1_000_000:
-            raise ValueError("priority must be an integer within +-1,000,000")
+        priority = priority_mod.check(priority)
         delay_ms = _duration_ms("delay", delay)
         task_id = new_task_id(tt.queue)
         self._remember_queue(tt.queue)
@@ -165,13 +168,14 @@ class Engine:
         pipe = self.redis.pipeline(transaction=True)
         for task_id in valid:
             k = self.keys.task(task_id)
-            pipe.hgetall(k.task).get(k.args).get(k.result)
+            pipe.hgetall(k.task).get(k.args).get(k.result).zrank(k.ready, task_id)
         replies = iter(pipe.execute() if valid else [])
         found = {}
         for task_id in valid:
-            h, args, result = next(replies), next(replies), next(replies)
+            h, args, result, position = next(replies), next(replies), next(replies), next(replies)
             if h:
                 task = Task.from_redis(h, args, result)
+                task.position = position
                 found[task_id] = task if owner is None or task.owner == owner else None
         return [found.get(t) for t in task_ids]
 

@@ -32,7 +32,7 @@ def parse_task_id(task_id: object) -> str | None:
 
 
 class TaskKeys(NamedTuple):
-    """The keys every task script receives, in this order (KEYS[1..13]).
+    """The keys every task script receives, in this order (KEYS[1..T], T = len(TaskKeys._fields)).
 
     The loader hands the field order to Lua, so scripts name keys (``K.task``)
     instead of counting.
@@ -51,6 +51,7 @@ class TaskKeys(NamedTuple):
     retries: str  # zset: RETRY_WAITING tasks, scored by next_retry_at
     expiry: str  # zset: terminal tasks, scored by when the sweeper deletes them
     index: str  # zset: every task of the queue, scored by creation time
+    ready: str  # zset: QUEUED tasks in the order workers take them (priority, then dispatch order)
 
 
 class Keys:
@@ -87,6 +88,7 @@ class Keys:
             retries=f"{q}:retries",
             expiry=f"{q}:expiry",
             index=f"{q}:index",
+            ready=f"{q}:ready",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:

@@ -54,6 +54,8 @@ class Task:
     idempotency_key: str = ""
     token: int = 0
     lease_deadline: float | None = None
+    #: QUEUED only: how many tasks of its queue start before it (0 = next); O(log N) to read
+    position: int | None = None
 
     @property
     def terminal(self) -> bool:

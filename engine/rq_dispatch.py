@@ -10,14 +10,22 @@ from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
+from .priority import LEVELS
+
 JOB_FUNC = "engine.runner.run_task"
 GRACE = 30.0  # RQ's job timeout is the attempt timeout plus this: the engine's deadline fires first
 RESULT_TTL = 60  # RQ's own records matter for minutes at most; the task hash is the record
 FAILURE_TTL = 3600
 
 
-def rq_queue_name(namespace: str, queue: str) -> str:
-    return f"{namespace}.{queue}"
+def rq_queue_name(namespace: str, queue: str, priority: int = 0) -> str:
+    """The RQ list of one priority of a queue: ``gl.images`` (0), ``gl.images@+5``, ``gl.images@-3``."""
+    return f"{namespace}.{queue}" + (f"@{priority:+d}" if priority else "")
+
+
+def rq_queue_names(namespace: str, queue: str) -> list[str]:
+    """Every priority's RQ list of a queue, highest first: the order a worker pops them in."""
+    return [rq_queue_name(namespace, queue, p) for p in LEVELS]
 
 
 class RQDispatcher:
@@ -27,12 +35,13 @@ class RQDispatcher:
         self.redis = redis
         self.namespace = namespace
 
-    def rq_queue(self, queue: str) -> Queue:
-        return Queue(rq_queue_name(self.namespace, queue), connection=self.redis, serializer=JSONSerializer)
+    def rq_queue(self, queue: str, priority: int = 0) -> Queue:
+        return Queue(rq_queue_name(self.namespace, queue, priority), connection=self.redis,
+                     serializer=JSONSerializer)
 
     def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float) -> None:
         try:
-            self.rq_queue(queue).enqueue_call(
+            self.rq_queue(queue, priority).enqueue_call(
                 JOB_FUNC, args=[task_id], job_id=dispatch_id, unique=True, timeout=int(timeout + GRACE),
                 result_ttl=RESULT_TTL, failure_ttl=FAILURE_TTL, description=f"ghostless task {task_id}")
         except DuplicateJobError:

@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import priority
 from .config import Config
 from .errors import (
     Code, IdempotencyConflict, IllegalTransition, LeaseLost, TaskCancelled, TaskNotFound, UnknownTaskType,
@@ -42,6 +43,8 @@ local LEGAL = {{
 local TERMINAL = {_lua_set(TERMINAL)}
 local DEADLINE_SET = {{{sets}}}
 local TASK_KEY_FIELDS = {{{fields}}}
+local PRIORITY_SPAN = {priority.SPAN}
+local T = #TASK_KEY_FIELDS  -- extra keys of a script follow the task's keys: KEYS[T + 1], ...
 local function taskkeys(offset)
   local k = {{}}
   for i, name in ipairs(TASK_KEY_FIELDS) do k[name] = KEYS[offset + i] end

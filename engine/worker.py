@@ -16,16 +16,22 @@ import logging
 import os
 import signal
 import uuid
+from datetime import timedelta
 
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from rq import SimpleWorker, Worker
 from rq.serializers import JSONSerializer
+from rq.utils import now
 
 from . import runtime
 from .errors import GhostlessError
-from .rq_dispatch import rq_queue_name
+from .rq_dispatch import rq_queue_names
 
 log = logging.getLogger("ghostless.worker")
 WORKER_CLASSES = ("fork", "simple")
+REDIS_RETRIES = 14  # with ExponentialBackoff(cap=1 s, base=50 ms): about 10 s of resends
 
 
 class _EngineHooks:
@@ -43,6 +49,15 @@ class _EngineHooks:
             super().execute_job(job, queue)
         finally:
             self._task_id = None
+
+    def _set_ip_address(self, connection) -> None:
+        # The embedded demo server (engine/fakeserver.py: fakeredis over TCP) writes CLIENT INFO's
+        # addr as a Python tuple, "addr=('127.0.0.1', 5)": the space breaks redis-py's parser, a
+        # ValueError RQ does not expect. CLIENT LIST parses; real Redis never raises this.
+        try:
+            super()._set_ip_address(connection)
+        except ValueError:
+            self.ip_address = self._ip_address_from_client_list(connection)
 
     def _report_lost(self, why: str, release: bool) -> None:
         """Report the attempt our horse held (if it still holds it) on its behalf."""
@@ -85,6 +100,11 @@ class GhostlessWorker(_EngineHooks, Worker):
                 pass
 
     def request_force_stop(self, signum, frame):
+        # RQ ignores a repeat within 1 s of the first signal (one SIGTERM delivered twice, by a
+        # pool and by the terminal): so must we, or the duplicate would kill the horse.
+        requested = self._shutdown_requested_date
+        if requested is not None and now() - requested < timedelta(seconds=1):
+            return super().request_force_stop(signum, frame)
         if self.horse_pid:
             self.kill_horse()
             self.wait_for_horse()
@@ -99,6 +119,37 @@ class GhostlessSimpleWorker(_EngineHooks, SimpleWorker):
         runtime.request_shutdown()
 
 
+def ride_out_redis_restarts(client, retries: int = REDIS_RETRIES) -> None:
+    """Resend a command that met a connection error, with backoff (about 10 s in all).
+
+    RQ's worker loop survives Redis being unreachable only while it waits for a job: an
+    error while it watches a work-horse or records a job's end ends the worker, and the
+    horse's outcome report would be lost. Resending rides out a Redis restart or failover;
+    every ghostless script is idempotent to a resend (DESIGN.md, invariant 5). A longer
+    outage still raises, and the heartbeat thread then abandons the attempt. Timeouts are
+    not resent: a Redis that hangs must reach the heartbeat thread within its socket timeout.
+    """
+    if hasattr(client, "set_retry"):
+        client.set_retry(Retry(ExponentialBackoff(cap=1.0, base=0.05), retries,
+                               supported_errors=(redis.ConnectionError,)))
+
+
+def rq_connection(client):
+    """A client of its own for RQ, on the same server and settings.
+
+    RQ raises its connection's socket timeout above its blocking dequeue (minutes). On a
+    shared pool, the engine's calls would inherit it: a heartbeat to a Redis that hangs
+    (network partition) would block for minutes instead of failing within the engine's
+    socket timeout, and the attempt would run on without a lease instead of being abandoned.
+    """
+    pool = client.connection_pool
+    if type(pool) is not redis.ConnectionPool:  # fakeredis, cluster, sentinel: share it
+        return client
+    return type(client)(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, max_connections=pool.max_connections,
+        **dict(pool.connection_kwargs)))
+
+
 def build_worker(engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None,
                  **kwargs):
     if worker_class not in WORKER_CLASSES:
@@ -107,8 +158,12 @@ def build_worker(engine, queues: list[str] | None = None, worker_class: str = "f
     if not names:
         raise ValueError("no queues: register task types in the app or name queues on the command line")
     cls = GhostlessWorker if worker_class == "fork" else GhostlessSimpleWorker
-    worker = cls([rq_queue_name(engine.keys.ns, q) for q in names], connection=engine.redis, name=name,
-                 serializer=JSONSerializer, job_monitoring_interval=2, **kwargs)
+    ride_out_redis_restarts(engine.redis)
+    # Highest priority first across all the worker's queues: BLPOP takes the first non-empty list.
+    by_queue = [rq_queue_names(engine.keys.ns, q) for q in names]
+    lists = [level[i] for i in range(len(by_queue[0])) for level in by_queue]
+    worker = cls(lists, connection=rq_connection(engine.redis),
+                 name=name, serializer=JSONSerializer, job_monitoring_interval=2, **kwargs)
     worker.engine = engine
     runtime.install(engine, worker)
     return worker

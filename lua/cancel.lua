@@ -2,7 +2,7 @@
 -- at its next heartbeat.
 -- From: PENDING, QUEUED, PROCESSING, RETRY_WAITING
 -- To: CANCELLED
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: who asks; ARGV[6]: '1' if admin; ARGV[7]: reason
 -- Returns: {OK, version} | {REPLAYED, version} when already cancelled | {NOT_FOUND} (also for a
 --   task of another owner) | {ILLEGAL_TRANSITION, state}

@@ -1,7 +1,7 @@
 -- Checkpoint: the lease holder saves a value that later attempts of the task can read.
 -- From: PROCESSING
 -- To: PROCESSING
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: checkpoint name;
 --   ARGV[7]: value JSON; ARGV[8]: worker name
 -- Returns: {OK} | {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}

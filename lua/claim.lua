@@ -1,7 +1,7 @@
 -- Claim: a worker takes the task's lease and starts an attempt with a new fencing token.
 -- From: PENDING, QUEUED
 -- To: PROCESSING
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: worker name; ARGV[6]: claim id (unique per call);
 --   ARGV[7]: dispatch id the job was made for ('' = any);
 --   ARGV[8]: task types this worker runs, as ',a,b,' ('' = any)

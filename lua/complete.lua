@@ -1,7 +1,7 @@
 -- Complete: the lease holder stores the result and ends the task in SUCCESS.
 -- From: PROCESSING
 -- To: SUCCESS
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: result JSON; ARGV[7]: worker name
 -- Returns: {OK, state, version} | {REPLAYED, state, version} for a repeat with the same token |
 --   {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}

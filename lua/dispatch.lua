@@ -1,7 +1,7 @@
 -- Dispatch: records that an executor job now exists for the task (or exists again, after a lost one).
 -- From: PENDING, QUEUED
 -- To: QUEUED
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: dispatch id (the executor's job id);
 --   ARGV[6]: ms until the sweeper checks that the job still exists
 -- Returns: {OK, version} | {REPLAYED, version} when this dispatch id is already current (its

@@ -2,14 +2,14 @@
 -- arguments, the two linked both ways (superseded_by / supersedes).
 -- From: PENDING, QUEUED, PROCESSING, RETRY_WAITING
 -- To: CANCELLED, PENDING
--- KEYS[1..13]: the old task's keys; KEYS[14..26]: the new task's keys; KEYS[27]: the owner's
---   task index
+-- KEYS[1..T]: the old task's keys (T = the fields of engine/keys.py TaskKeys);
+--   KEYS[T+1..2T]: the new task's keys; KEYS[2T+1]: the owner's task index
 -- ARGV[1..4]: engine config; ARGV[5]: who asks; ARGV[6]: '1' if admin; ARGV[7]: new task id;
 --   ARGV[8]: new args JSON
 -- Returns: {OK, new id, now} | {REPLAYED, new id} when this edit already happened | {NOT_FOUND}
 --   (also for a task of another owner) | {ILLEGAL_TRANSITION, state}
 local by, admin, new_id = ARGV[5], ARGV[6], ARGV[7]
-local N = taskkeys(13)
+local N = taskkeys(T)
 local t = load_task(K.task)
 if not visible(t, by, admin) then return {C.NOT_FOUND} end
 if t.superseded_by == new_id then return {C.REPLAYED, new_id} end
@@ -20,7 +20,7 @@ change(K, t, 'edit', 'CANCELLED', now, 0,
   {finished_at = now, reason = 'superseded by ' .. new_id, error_kind = 'cancelled',
    cancelled_by = by, superseded_by = new_id, next_retry_at = ''},
   {by = by, reason = 'superseded by ' .. new_id})
-create(N, KEYS[27], {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
+create(N, KEYS[2 * T + 1], {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
   max_attempts = t.max_attempts, lease_ms = t.lease_ms, timeout_ms = t.timeout_ms,
   priority = t.priority, backoff = t.backoff}, ARGV[8], now, 0, {by = by, reason = 'edit of ' .. t.id})
 return {C.OK, new_id, now}

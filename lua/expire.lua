@@ -1,7 +1,7 @@
 -- Expire: the sweeper reclaims a task whose lease, stage or attempt deadline has passed.
 -- From: PROCESSING
 -- To: TIMEOUT, RETRY_WAITING
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: random number in [0, 1) for backoff jitter
 -- Returns: {OK, state, reason} | {NOT_DUE} when the deadline has not passed or the task left
 --   PROCESSING meanwhile (compare-and-set lost; several sweepers may race) | {NOT_FOUND}

@@ -1,7 +1,7 @@
 -- Fail: the lease holder reports a failed attempt; retried with backoff while attempts remain.
 -- From: PROCESSING
 -- To: RETRY_WAITING, FAILED
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: error kind; ARGV[7]: reason;
 --   ARGV[8]: '1' if retryable else '0'; ARGV[9]: random number in [0, 1) for jitter;
 --   ARGV[10]: worker name; ARGV[11]: retry delay ms overriding the backoff policy ('' = policy;

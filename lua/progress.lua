@@ -1,7 +1,7 @@
 -- Progress: the lease holder reports how far the current stage has come, with a message.
 -- From: PROCESSING
 -- To: PROCESSING
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: fraction 0..1;
 --   ARGV[7]: message; ARGV[8]: worker name
 -- Returns: {OK, version} | {REPLAYED, version} when nothing changed | {NOT_FOUND} |

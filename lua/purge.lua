@@ -1,7 +1,7 @@
 -- Purge: the sweeper deletes a terminal task whose retention has passed.
 -- From: SUCCESS, FAILED, TIMEOUT, CANCELLED
 -- To: (none)
--- KEYS[1..13]: the task's keys; KEYS[14]: the owner's task index (optional)
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys); KEYS[T+1]: the owner's task index (optional)
 -- ARGV[1..4]: engine config; ARGV[5]: task id
 -- Returns: {OK} | {NOT_DUE} when not yet due or no longer terminal | {NOT_FOUND}
 local t = load_task(K.task)
@@ -16,6 +16,6 @@ if not TERMINAL[t.status] or not due or tonumber(due) > now then return {C.NOT_D
 redis.call('HINCRBY', K.counts, t.status, -1)
 redis.call('ZREM', K.expiry, t.id)
 redis.call('ZREM', K.index, t.id)
-if KEYS[14] then redis.call('ZREM', KEYS[14], t.id) end
+if KEYS[T + 1] then redis.call('ZREM', KEYS[T + 1], t.id) end
 redis.call('DEL', K.task, K.args, K.result, K.history, K.checkpoints)
 return {C.OK}

@@ -1,7 +1,7 @@
 -- Release: the lease holder gives the task back unfinished (graceful shutdown); no attempt is consumed.
 -- From: PROCESSING
 -- To: PENDING
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: reason; ARGV[7]: worker name
 -- Returns: {OK, state, version} | {REPLAYED, state, version} for a repeat with the same token |
 --   {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}

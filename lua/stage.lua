@@ -1,7 +1,7 @@
 -- Stage: the lease holder enters a named stage, which may carry its own deadline.
 -- From: PROCESSING
 -- To: PROCESSING
--- KEYS[1..13]: the task's keys
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: stage name;
 --   ARGV[7]: stage timeout ms (0 = none); ARGV[8]: worker name
 -- Returns: {OK, version} | {REPLAYED, version} when already in that stage | {NOT_FOUND} |

@@ -1,8 +1,8 @@
 -- Submit: creates a task in PENDING, or returns the task an idempotency key already names.
 -- From: (none)
 -- To: PENDING
--- KEYS[1..13]: the new task's keys (engine/keys.py TaskKeys); KEYS[14]: the owner's task index;
---   KEYS[15]: idempotency key (optional)
+-- KEYS[1..T]: the new task's keys (T = the fields of engine/keys.py TaskKeys);
+--   KEYS[T+1]: the owner's task index; KEYS[T+2]: idempotency key (optional)
 -- ARGV[1..4]: engine config (lib/config); ARGV[5]: task id; ARGV[6]: type; ARGV[7]: owner;
 --   ARGV[8]: args JSON; ARGV[9]: digest of type + args; ARGV[10]: max attempts;
 --   ARGV[11]: lease ms; ARGV[12]: attempt timeout ms; ARGV[13]: priority; ARGV[14]: delay ms;
@@ -11,7 +11,7 @@
 -- Returns: {OK, id, now} | {REPLAYED, id} when the id or the key already exists with the same
 --   arguments | {IDEMPOTENCY_CONFLICT, id} when the key names a task with other arguments
 local id, digest = ARGV[5], ARGV[9]
-local idem = KEYS[15]
+local idem = KEYS[T + 2]
 
 -- A resent submit (lost reply) finds its own task.
 if redis.call('EXISTS', K.task) == 1 then return {C.REPLAYED, id} end
@@ -26,7 +26,7 @@ if idem then
 end
 
 local now = now_ms()
-create(K, KEYS[14], {id = id, type = ARGV[6], owner = ARGV[7], queue = ARGV[18],
+create(K, KEYS[T + 1], {id = id, type = ARGV[6], owner = ARGV[7], queue = ARGV[18],
   max_attempts = ARGV[10], lease_ms = ARGV[11], timeout_ms = ARGV[12], priority = ARGV[13],
   backoff = ARGV[15], idempotency_key = ARGV[17] ~= '' and ARGV[17] or nil},
   ARGV[8], now, tonumber(ARGV[14]), {by = ARGV[7]})

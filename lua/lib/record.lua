@@ -25,9 +25,16 @@ end
 
 -- Moves the task between deadline sets: out of the set of state `from`, into
 -- the set of state `to` at `score` (terminal states: the expiry set).
-local function place(K, id, from, to, score, now)
+local function place(K, t, from, to, score, now)
+  local id = t.id
   local old = from and DEADLINE_SET[from]
   local new = DEADLINE_SET[to]
+  -- The line workers take QUEUED tasks in: priority first (higher first), then dispatch order.
+  if from == 'QUEUED' then redis.call('ZREM', K.ready, id) end
+  if to == 'QUEUED' then
+    local seq = redis.call('HINCRBY', K.counts, 'dispatch_seq', 1)
+    redis.call('ZADD', K.ready, -tonumber(t.priority or 0) * PRIORITY_SPAN + seq, id)
+  end
   if old and old ~= new then redis.call('ZREM', K[old], id) end
   if from and TERMINAL[from] then redis.call('ZREM', K.expiry, id) end
   if new then
@@ -57,7 +64,7 @@ local function change(K, t, verb, to, now, score, fields, ev)
   end
   redis.call('HINCRBY', K.counts, to, 1)
   redis.call('HINCRBY', K.stats, 'entered:' .. to, 1)
-  place(K, t.id, from, to, score, now)
+  place(K, t, from, to, score, now)
   fields.status = to
   fields.state_since = now
   fields.updated_at = now

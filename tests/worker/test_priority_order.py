@@ -1,0 +1,25 @@
+"""On real RQ lists a saturated worker starts higher priorities first, FIFO within one."""
+import pytest
+
+from engine import Engine
+from engine.worker import build_worker
+
+
+@pytest.mark.slow
+def test_a_busy_worker_takes_higher_priority_first_then_first_in_first_out(redis_server):
+    client = redis_server.client()
+    client.flushall()
+    engine = Engine(client, namespace="prio")
+    started = []
+
+    @engine.task(queue="line", lease=30)
+    def job(ctx, name):
+        started.append(name)
+
+    # Everything is queued before the worker starts: it is saturated from the first pop.
+    for name, priority in [("low-1", -1), ("mid-1", 0), ("high-1", 3), ("mid-2", 0), ("high-2", 3), ("low-2", -1)]:
+        engine.submit("job", {"name": name}, owner="alice", priority=priority)
+    lines = {t.args["name"]: t.position for t in engine.list_tasks(owner="alice")[0]}
+    assert build_worker(engine, worker_class="simple").work(burst=True, logging_level="WARNING")
+    assert started == ["high-1", "high-2", "mid-1", "mid-2", "low-1", "low-2"]
+    assert sorted(lines, key=lines.get) == started  # the positions predicted that order
