@@ -2,15 +2,15 @@
 from .config import Config
 from .engine import Engine
 from .errors import (
-    Code, GhostlessError, IdempotencyConflict, IllegalTransition, LeaseLost, PermanentError, RedisSetupError,
+    BreakerOpen, Code, GhostlessError, IdempotencyConflict, IllegalTransition, LeaseLost, PermanentError, RedisSetupError,
     TaskCancelled, TaskNotFound, UnknownTaskType, WrongDispatch,
 )
 from .models import Event, Lease, Task
-from .registry import Backoff, TaskType
+from .registry import Backoff, Breaker, TaskType
 from .states import State, TERMINAL, TRANSITIONS
 
 __all__ = [
-    "Backoff", "Code", "Config", "Engine", "Event", "GhostlessError", "IdempotencyConflict", "IllegalTransition",
+    "Backoff", "Breaker", "BreakerOpen", "Code", "Config", "Engine", "Event", "GhostlessError", "IdempotencyConflict", "IllegalTransition",
     "Lease", "LeaseLost", "PermanentError", "RedisSetupError", "State", "TERMINAL", "TRANSITIONS", "Task",
     "TaskCancelled", "TaskNotFound", "TaskType", "UnknownTaskType", "WrongDispatch",
 ]

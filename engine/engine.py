@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import redis as redis_lib
 
+from . import breakers as breakers_mod
 from . import check as check_mod
 from . import listing
 from . import priority as priority_mod
@@ -23,11 +24,12 @@ from . import stats as stats_mod
 from . import sweep as sweep_mod
 from .config import Config, ms
 from .dispatch import Dispatcher, NullDispatcher
-from .errors import Code, IdempotencyConflict, TaskNotFound
+from .errors import BreakerOpen, Code, IdempotencyConflict, TaskNotFound
 from .keys import Keys, new_task_id, parse_task_id
 from .models import Event, Lease, Task
-from .registry import Registry, TaskType, as_backoff
+from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts
+from .scripts import refuse
 from .server import check_server
 from .states import State
 from .users import Users
@@ -74,14 +76,24 @@ class Engine:
     # -- registry ---------------------------------------------------------------------------------
     def task(self, name: str | None = None, *, queue: str = "default", timeout: float = 600.0,
              lease: float = 15.0, max_attempts: int = 3, backoff=None, stages=None,
-             permanent_errors=()) -> Callable:
-        """Decorator registering a task type (the allowlist of what may be submitted and run)."""
+             permanent_errors=(), breaker: "Breaker | bool | None" = None, upstream: str = "",
+             verify: Callable | None = None) -> Callable:
+        """Decorator registering a task type (the allowlist of what may be submitted and run).
+
+        ``breaker`` (a Breaker, or True for the defaults; implied by ``upstream``) guards the
+        upstream the type calls; types naming the same ``upstream`` share one breaker.
+        ``verify(result, ctx)`` checks a result before SUCCESS is recorded: returning False or
+        raising fails the attempt (``verification_failed``, retried).
+        """
+        if breaker is True or (upstream and breaker is None):
+            breaker = Breaker()
 
         def register(fn: Callable) -> Callable:
             self.registry.add(TaskType(
                 name=name or fn.__name__, fn=fn, queue=queue, timeout=timeout, lease=lease,
                 max_attempts=max_attempts, backoff=as_backoff(backoff), stages=dict(stages or {}),
-                permanent_errors=tuple(permanent_errors)))
+                permanent_errors=tuple(permanent_errors), breaker=breaker or None, upstream=upstream,
+                verify=verify))
             return fn
 
         return register
@@ -242,12 +254,25 @@ class Engine:
             claim_id: unique per claim; a resent claim with the same id returns the same lease.
 
         Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
-            UnknownTaskType (this engine does not run the task's type; nothing is imported).
+            UnknownTaskType (this engine does not run the task's type; nothing is imported),
+            BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task).
         """
         worker = _text("worker", worker)
         types = "," + ",".join(t.name for t in self.registry) + ","
-        reply = self.scripts.claim(self._keys(task_id), task_id, worker, claim_id or uuid.uuid4().hex,
-                                   dispatch_id, types)
+        keys = self._keys(task_id)
+        breaker_key, spec, tt = None, "", None
+        if any(t.breaker for t in self.registry):  # only then is the type needed before the claim
+            type_name = self.redis.hget(keys.task, "type")
+            if type_name is None:
+                raise TaskNotFound(task_id)
+            tt = self.registry.get(type_name.decode() if isinstance(type_name, bytes) else type_name)
+            if tt.breaker:
+                breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
+                spec = tt.breaker.spec(tt.breaker_name)
+        reply = self.scripts.claim(keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types,
+                                   breaker_key, spec)
+        if reply[0] == Code.BREAKER_OPEN:
+            raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
         return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
                      type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]))
 
@@ -291,7 +316,9 @@ class Engine:
         """Store the result; the task becomes SUCCESS. A repeat with the same lease is a no-op.
         Raises ValueError (not JSON, too big), LeaseLost / TaskCancelled (never overwrites)."""
         result_json = self._json("result", result, self.config.max_result_bytes)
-        return State(self._holder("complete", lease, result_json, lease.worker)[1])
+        breaker_key, spec = self._breaker(lease.type)
+        reply = self._holder("complete", lease, result_json, lease.worker, spec, extra_keys=breaker_key)
+        return State(reply[1])
 
     def fail(self, lease: Lease, error_kind: str, reason: str = "", retryable: bool = True,
              retry_in: float | None = None) -> State:
@@ -306,8 +333,11 @@ class Engine:
         error_kind = _text("error_kind", error_kind)
         retry = retryable and error_kind not in tt.permanent_errors
         delay = "" if retry_in is None else _duration_ms("retry_in", retry_in)
+        # Only the task's own retryable failures count against its upstream's breaker.
+        breaker_key, spec = self._breaker(lease.type) if retry and retry_in is None else ((), "")
         reply = self._holder("fail", lease, error_kind, _text("reason", reason, empty=True),
-                             "1" if retry else "0", random.random(), lease.worker, delay)
+                             "1" if retry else "0", random.random(), lease.worker, delay, spec,
+                             extra_keys=breaker_key)
         state = State(reply[1])
         if state == State.RETRY_WAITING and retry_in == 0 and reply[0] == Code.OK:
             self._retry_now(lease.task_id)
@@ -338,8 +368,32 @@ class Engine:
         return check_mod.check(self)
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _holder(self, verb: str, lease: Lease, *argv) -> list:
-        return self.scripts.holder(verb, self.keys.task(lease.task_id), lease.task_id, lease.token, *argv)
+    def _holder(self, verb: str, lease: Lease, *argv, extra_keys=()) -> list:
+        keys = [*self.keys.task(lease.task_id), *extra_keys]
+        return self.scripts.holder(verb, keys, lease.task_id, lease.token, *argv)
+
+    def _breaker(self, type_name: str) -> tuple[tuple[str, ...], str]:
+        """(extra KEYS, ARGV spec) of a type's circuit breaker; empty when it has none."""
+        tt = self.registry.get(type_name)
+        if not tt.breaker:
+            return (), ""
+        return (self.keys.breaker(tt.queue, tt.breaker_name),), tt.breaker.spec(tt.breaker_name)
+
+    def park(self, task_id: str, wait: float, upstream: str) -> State:
+        """Set a task whose upstream breaker is open aside: RETRY_WAITING for ``wait`` seconds (no
+        attempt consumed), or FAILED when its type's breaker policy is to fail fast."""
+        type_name = self.redis.hget(self._keys(task_id).task, "type")
+        tt = self.registry.get(type_name.decode() if isinstance(type_name, bytes) else type_name)
+        fast = tt.breaker is not None and tt.breaker.policy == "fail"
+        reply = refuse(self.scripts.call("park", self.keys.task(task_id),
+                                         [_duration_ms("wait", wait), "1" if fast else "0", upstream,
+                                          uuid.uuid4().hex]),
+                       "park", task_id)
+        return State(reply[1])
+
+    def breakers(self) -> list[dict]:
+        """State of every registered type's circuit breaker (dashboard, /metrics)."""
+        return breakers_mod.states(self)
 
     def _keys(self, task_id: str):
         if parse_task_id(task_id) is None:

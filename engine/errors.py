@@ -20,6 +20,7 @@ class Code(enum.IntEnum):
     IDEMPOTENCY_CONFLICT = -5
     WRONG_DISPATCH = -6  # a delivery of a dispatch that is no longer current
     UNKNOWN_TYPE = -7  # the worker does not run this task type
+    BREAKER_OPEN = -8  # the upstream's circuit breaker is open: park the task
 
 
 class GhostlessError(Exception):
@@ -65,6 +66,14 @@ class WrongDispatch(GhostlessError):
     def __init__(self, task_id: str, dispatch_id: str):
         self.task_id, self.dispatch_id = task_id, dispatch_id
         super().__init__(f"dispatch {dispatch_id!r} of task {task_id!r} is not current")
+
+
+class BreakerOpen(GhostlessError):
+    """The claim was refused: the task's upstream circuit breaker is open (nothing changed)."""
+
+    def __init__(self, task_id: str, upstream: str, wait: float):
+        self.task_id, self.upstream, self.wait = task_id, upstream, wait
+        super().__init__(f"upstream {upstream!r} is open: task {task_id!r} waits {wait:.1f}s")
 
 
 class IdempotencyConflict(GhostlessError):

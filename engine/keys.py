@@ -101,6 +101,10 @@ class Keys:
         digest = hashlib.sha256(owner.encode()).hexdigest()[:32]
         return self.queue_key(queue, f"owner:{digest}")
 
+    def breaker(self, queue: str, upstream: str) -> str:
+        """Hash: one upstream's circuit breaker state and outcome counts, in one queue."""
+        return self.queue_key(queue, f"breaker:{upstream}")
+
     def users(self) -> str:
         """Hash: user name -> JSON record (admin flag, creation time, token digests)."""
         return f"{self.ns}:users"

@@ -49,6 +49,33 @@ class Backoff:
         return "exp %d %g %d %g" % (ms(self.base), self.factor, ms(self.cap), self.jitter)
 
 
+@dataclass(frozen=True)
+class Breaker:
+    """Circuit breaker of an upstream: opens for ``cooldown`` seconds when, over the last ``window``
+    seconds, at least ``min_calls`` attempts ended and ``threshold`` of them failed (retryable
+    failures of the task; permanent errors and lost workers do not count). While open, attempts do
+    not start: tasks wait in RETRY_WAITING (``policy="park"``, no attempt consumed) or fail at once
+    (``policy="fail"``). After the cool-down one probe goes through; its outcome closes or reopens it.
+    State is kept per queue (every key of a queue shares one Redis Cluster slot).
+    """
+
+    threshold: float = 0.5
+    min_calls: int = 10
+    window: float = 60.0
+    cooldown: float = 30.0
+    policy: str = "park"
+
+    def __post_init__(self):
+        if not 0 < self.threshold <= 1 or self.min_calls < 1 or self.window <= 0 or self.cooldown <= 0:
+            raise ValueError("breaker: threshold in (0, 1], min_calls >= 1, window and cooldown > 0")
+        if self.policy not in ("park", "fail"):
+            raise ValueError("breaker policy must be 'park' or 'fail'")
+
+    def spec(self, name: str) -> str:
+        """The ARGV form read by lua/lib/breaker.lua (breaker_cfg)."""
+        return "%d %g %d %d %s" % (ms(self.window), self.threshold, self.min_calls, ms(self.cooldown), name)
+
+
 def as_backoff(value) -> Backoff:
     if value is None:
         return Backoff()
@@ -72,6 +99,13 @@ class TaskType:
     backoff: Backoff = field(default_factory=Backoff)
     stages: Mapping[str, float] = field(default_factory=dict)  # stage -> timeout (0 = none)
     permanent_errors: tuple[str, ...] = ()  # error kinds that are never retried
+    breaker: Breaker | None = None
+    upstream: str = ""  # the breaker's name (types naming one upstream share it); default: the type
+    verify: Callable | None = None  # verify(result, ctx) -> bool: checked before SUCCESS is recorded
+
+    @property
+    def breaker_name(self) -> str:
+        return self.upstream or self.name
 
     def __post_init__(self):
         if not _NAME_RE.match(self.name):
@@ -82,6 +116,8 @@ class TaskType:
             raise ValueError("timeout and lease must be positive")
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ValueError("max_attempts must be an integer >= 1")
+        if self.upstream and not _STAGE_RE.match(self.upstream):
+            raise ValueError(f"upstream name must match {_STAGE_RE.pattern}: {self.upstream!r}")
         for stage, limit in self.stages.items():
             if not _STAGE_RE.match(stage):
                 raise ValueError(f"stage name must match {_STAGE_RE.pattern}: {stage!r}")

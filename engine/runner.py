@@ -18,12 +18,27 @@ from rq.timeouts import JobTimeoutException
 from . import runtime
 from .context import AttemptReleased, AttemptStopped, TaskContext
 from .errors import (
-    IllegalTransition, LeaseLost, PermanentError, TaskNotFound, UnknownTaskType, WrongDispatch,
+    BreakerOpen, IllegalTransition, LeaseLost, PermanentError, TaskNotFound, UnknownTaskType, WrongDispatch,
 )
 from .heartbeat import Heartbeat
 
 log = logging.getLogger("ghostless.runner")
 MAX_REASON = 500
+
+
+class VerificationFailed(Exception):
+    """The task type's ``verify`` rejected a result: the attempt fails and is retried."""
+
+
+def _verify(tt, result, ctx) -> None:
+    if tt.verify is None:
+        return
+    try:
+        ok = tt.verify(result, ctx)
+    except Exception as e:  # a check that cannot run is a failed check
+        raise VerificationFailed(f"{type(e).__name__}: {e}") from e
+    if ok is False:
+        raise VerificationFailed("verify() rejected the result")
 
 
 def run_task(task_id: str) -> None:
@@ -41,6 +56,13 @@ def run_task(task_id: str) -> None:
         return
     except (IllegalTransition, WrongDispatch, TaskNotFound, LeaseLost) as e:
         log.info("claim of %s refused (%s): nothing to do", task_id, e)
+        return
+    except BreakerOpen as e:
+        try:
+            state = engine.park(task_id, e.wait, e.upstream)
+            log.info("task %s: %s; parked (%s)", task_id, e, state)
+        except (IllegalTransition, TaskNotFound) as refused:
+            log.info("task %s changed while parking: %s", task_id, refused)
         return
     execute(engine, lease, in_horse=bool(worker is not None and getattr(worker, "is_horse", False)))
 
@@ -65,6 +87,7 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
     hb.start()
     try:
         result = tt.fn(ctx, **(lease.args or {}))
+        _verify(tt, result, ctx)  # still under the heartbeat: a check may take a while
     except AttemptReleased:
         if not (hb.lost or hb.abandoned):
             _report(engine.release, lease, "worker shutdown")
@@ -80,6 +103,9 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
         return
     except PermanentError as e:
         _finish(hb, engine.fail, lease, e.kind, str(e)[:MAX_REASON], False)
+        return
+    except VerificationFailed as e:
+        _finish(hb, engine.fail, lease, "verification_failed", str(e)[:MAX_REASON], True)
         return
     except JobTimeoutException as e:
         _finish(hb, engine.fail, lease, "timeout", str(e)[:MAX_REASON] or "job timeout", True)

@@ -21,9 +21,9 @@ from .keys import TaskKeys
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
-LIBS = ("time", "task", "record", "lease", "backoff")  # order matters: later ones use earlier ones
+LIBS = ("time", "task", "record", "lease", "backoff", "breaker")  # order matters: later ones use earlier ones
 SCRIPTS = ("submit", "dispatch", "claim", "heartbeat", "stage", "progress", "checkpoint", "complete",
-           "fail", "release", "expire", "promote", "cancel", "edit", "retry", "purge", "due")
+           "fail", "release", "expire", "promote", "park", "cancel", "edit", "retry", "purge", "due")
 
 
 def _lua_set(items) -> str:
@@ -89,24 +89,27 @@ class Scripts:
         return self.call("submit", [*keys, owner_index, *([idem_key] if idem_key else [])], argv)
 
     def dispatch(self, keys: TaskKeys, task_id: str, dispatch_id: str, requeue_ms: int) -> list:
-        return _refuse(self.call("dispatch", keys, [dispatch_id, requeue_ms]), "dispatch", task_id)
+        return refuse(self.call("dispatch", keys, [dispatch_id, requeue_ms]), "dispatch", task_id)
 
     def claim(self, keys: TaskKeys, task_id: str, worker: str, claim_id: str, dispatch_id: str,
-              types: str) -> list:
-        reply = self.call("claim", keys, [worker, claim_id, dispatch_id, types])
+              types: str, breaker_key: str | None = None, breaker_spec: str = "") -> list:
+        reply = self.call("claim", [*keys, *([breaker_key] if breaker_key else [])],
+                          [worker, claim_id, dispatch_id, types, breaker_spec])
         if reply[0] == Code.WRONG_DISPATCH:
             raise WrongDispatch(task_id, dispatch_id)
         if reply[0] == Code.UNKNOWN_TYPE:
             raise UnknownTaskType(reply[1])
-        return _refuse(reply, "claim", task_id)
+        if reply[0] == Code.BREAKER_OPEN:
+            return reply  # the engine knows the upstream's name and raises BreakerOpen
+        return refuse(reply, "claim", task_id)
 
-    def holder(self, verb: str, keys: TaskKeys, task_id: str, token: int, *argv: Any) -> list:
+    def holder(self, verb: str, keys: Sequence[str], task_id: str, token: int, *argv: Any) -> list:
         """heartbeat, stage, progress, checkpoint, complete, fail, release: token first."""
-        return _refuse(self.call(verb, keys, [token, *argv]), verb, task_id, token)
+        return refuse(self.call(verb, keys, [token, *argv]), verb, task_id, token)
 
     def manage(self, verb: str, keys: Sequence[str], task_id: str, *argv: Any) -> list:
         """cancel, edit, retry: owner-checked inside the script."""
-        return _refuse(self.call(verb, keys, list(argv)), verb, task_id)
+        return refuse(self.call(verb, keys, list(argv)), verb, task_id)
 
     # -- sweeper calls: never raise, the sweeper counts outcomes -----------------------------------
     def due(self, sets: Sequence[str], batch: int) -> tuple[list[list[str]], int]:
@@ -121,7 +124,8 @@ def parse(reply) -> list:
     return reply
 
 
-def _refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> list:
+def refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> list:
+    """Turn a refusal into its exception; return a success reply unchanged."""
     code = reply[0]
     if code >= 0:
         return reply

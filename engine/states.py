@@ -85,6 +85,8 @@ TRANSITIONS: dict[str, Transition] = {
         # PROCESSING -> TIMEOUT is always recorded; TIMEOUT -> RETRY_WAITING follows when attempts remain.
         _t("expire", [_R], [_T, _W], "sweeper", edges=[(_R, _T), (_T, _W)]),
         _t("promote", [_W], [_P], "sweeper"),
+        # The upstream's circuit breaker is open: wait without consuming an attempt, or fail fast.
+        _t("park", [_P, _Q], [_W, _F], "worker"),
         _t("cancel", NON_TERMINAL, [_C], "owner / admin"),
         # The old task is cancelled; its replacement is a new task in PENDING.
         _t("edit", NON_TERMINAL, [_C, _P], "owner / admin",

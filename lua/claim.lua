@@ -4,12 +4,15 @@
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: worker name; ARGV[6]: claim id (unique per call);
 --   ARGV[7]: dispatch id the job was made for ('' = any);
---   ARGV[8]: task types this worker runs, as ',a,b,' ('' = any)
+--   ARGV[8]: task types this worker runs, as ',a,b,' ('' = any);
+--   ARGV[9]: the type's circuit breaker settings (lib/breaker: breaker_cfg; '' = none);
+--   KEYS[T+1]: the breaker's hash (with ARGV[9])
 -- Returns: {OK, token, attempt, args JSON, type, lease ms, max attempts} |
 --   {REPLAYED, token, attempt, args JSON, type, lease ms, max attempts} for a resent claim |
 --   {NOT_FOUND} | {ILLEGAL_TRANSITION, state} |
 --   {WRONG_DISPATCH, state} for a delivery of a dispatch that is no longer current |
---   {UNKNOWN_TYPE, type} when this worker does not run the task's type
+--   {UNKNOWN_TYPE, type} when this worker does not run the task's type |
+--   {BREAKER_OPEN, ms to wait} when the upstream's breaker is open (nothing changed: park it)
 local worker, claim_id, dispatch_id, types = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
@@ -24,6 +27,11 @@ if types ~= '' and not string.find(types, ',' .. t.type .. ',', 1, true) then
 end
 
 local now = now_ms()
+local cfg = breaker_cfg(ARGV[9])
+if cfg then
+  local until_ms = breaker_gate(KEYS[T + 1], t, now, cfg.cooldown_ms)
+  if until_ms then return {C.BREAKER_OPEN, until_ms - now} end
+end
 local token = t.token + 1
 local lease_until = now + t.lease_ms
 local attempt_deadline = now + t.timeout_ms

@@ -5,7 +5,8 @@
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: error kind; ARGV[7]: reason;
 --   ARGV[8]: '1' if retryable else '0'; ARGV[9]: random number in [0, 1) for jitter;
 --   ARGV[10]: worker name; ARGV[11]: retry delay ms overriding the backoff policy ('' = policy;
---   0 when the worker, not the task, failed)
+--   0 when the worker, not the task, failed); ARGV[12]: circuit breaker settings when this failure
+--   counts against the upstream (lib/breaker; '' = it does not); KEYS[T+1]: the breaker's hash
 -- Returns: {OK, state, version} | {REPLAYED, state, version} for a repeat with the same token |
 --   {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}
 local t = load_task(K.task)
@@ -16,6 +17,7 @@ local refused = check_lease(K, t, 'fail', token, ARGV[10], now, true)
 if refused then return refused end
 
 redis.call('HINCRBY', K.stats, 'fail:' .. kind, 1)
+breaker_outcome(K, KEYS[T + 1], t, false, now, breaker_cfg(ARGV[12]))
 local fields = {error_kind = kind, reason = reason, ended_token = token, ended_by = 'fail'}
 local ev = {worker = ARGV[10], reason = kind .. ': ' .. reason}
 if ARGV[8] == '1' and t.attempt < t.max_attempts then

@@ -122,6 +122,11 @@ def case_promote(engine):
     return Case(engine, engine.sweep, again=Code.NOT_DUE)
 
 
+def case_park(engine):
+    task = engine.submit("render", {}, owner="alice")
+    return Case(engine, lambda: engine.park(task.id, 5, "image-model"))
+
+
 def case_cancel(engine):
     task = engine.submit("render", {}, owner="alice")
     return Case(engine, lambda: engine.cancel(task.id, by="alice", reason="stop"))
