@@ -107,13 +107,16 @@ class Engine:
 
     # -- client calls -----------------------------------------------------------------------------
     def submit(self, type: str, args: dict | None = None, *, owner: str, idempotency_key: str | None = None,
-               priority: int = 0, delay: float = 0) -> Task:
+               priority: int = 0, delay: float = 0, due_in: float | None = None,
+               escalate_in: float | None = None) -> Task:
         """Create a task in PENDING (or return the one its idempotency key names).
 
         Args:
             type: a registered task type. args: a JSON object (<= Config.max_args_bytes).
             owner: who owns the task; idempotency keys are scoped to the owner.
             delay: seconds before it may be dispatched.
+            due_in / escalate_in: seconds from now by which the task should have ended; the
+                sweeper records an ``overdue`` (then ``escalated``) event once if it has not.
 
         Returns: the new Task, or the existing one for a replayed idempotency key.
 
@@ -128,6 +131,10 @@ class Engine:
             idempotency_key = _text("idempotency_key", idempotency_key)
         priority = priority_mod.check(priority)
         delay_ms = _duration_ms("delay", delay)
+        due_ms = _duration_ms("due_in", due_in) if due_in is not None else 0
+        escalate_ms = _duration_ms("escalate_in", escalate_in) if escalate_in is not None else 0
+        if escalate_ms and escalate_ms <= due_ms:
+            raise ValueError("escalate_in must be later than due_in")
         task_id = new_task_id(tt.queue)
         self._remember_queue(tt.queue)
         digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
@@ -135,7 +142,7 @@ class Engine:
         reply = self.scripts.submit(self.keys.task(task_id), self.keys.owner_index(tt.queue, owner), idem, [
             task_id, tt.name, owner, args_json, digest, tt.max_attempts, ms(tt.lease), ms(tt.timeout),
             priority, delay_ms, tt.backoff.spec(), ms(self.config.idempotency_ttl), idempotency_key or "",
-            tt.queue])
+            tt.queue, due_ms, escalate_ms])
         code, found_id = reply[0], reply[1]
         if code == Code.IDEMPOTENCY_CONFLICT:
             raise IdempotencyConflict(idempotency_key, found_id)

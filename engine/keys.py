@@ -52,6 +52,7 @@ class TaskKeys(NamedTuple):
     expiry: str  # zset: terminal tasks, scored by when the sweeper deletes them
     index: str  # zset: every task of the queue, scored by creation time
     ready: str  # zset: QUEUED tasks in the order workers take them (priority, then dispatch order)
+    watch: str  # zset: unfinished tasks with a due time, scored by when to record overdue/escalated
 
 
 class Keys:
@@ -89,6 +90,7 @@ class Keys:
             expiry=f"{q}:expiry",
             index=f"{q}:index",
             ready=f"{q}:ready",
+            watch=f"{q}:watch",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:

@@ -23,7 +23,7 @@ from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
 LIBS = ("time", "task", "record", "lease", "backoff", "breaker")  # order matters: later ones use earlier ones
 SCRIPTS = ("submit", "dispatch", "claim", "heartbeat", "stage", "progress", "checkpoint", "complete",
-           "fail", "release", "expire", "promote", "park", "cancel", "edit", "retry", "purge", "due")
+           "fail", "release", "expire", "promote", "park", "cancel", "edit", "retry", "purge", "overdue", "due")
 
 
 def _lua_set(items) -> str:

@@ -27,6 +27,9 @@ def stats(engine) -> dict:
             "time_in_stage": _means(raw, "stage_ms:", "stage_n:"),
             "failures": {k[5:]: v for k, v in raw.items() if k.startswith("fail:")},
             "stale_rejections": raw.get("stale_rejections", 0),
+            "overdue": raw.get("overdue", 0),
+            "escalated": raw.get("escalated", 0),
+            "parked": raw.get("parked", 0),
         }
     return out
 

@@ -23,18 +23,23 @@ class SweepReport:
     dispatched: int = 0  # PENDING/QUEUED handed to the executor again
     refreshed: int = 0  # QUEUED whose executor job still exists: checked again later
     purged: int = 0  # terminal tasks past retention, deleted
+    overdue: int = 0  # unfinished past their due time: event recorded
+    escalated: int = 0  # unfinished past their escalation time: event recorded
     next_in: float | None = None  # seconds until the earliest deadline of any queue
     reasons: dict = field(default_factory=dict)  # expiry reason -> count
 
     def progress(self) -> int:
-        return self.expired + self.promoted + self.dispatched + self.refreshed + self.purged
+        return (self.expired + self.promoted + self.dispatched + self.refreshed + self.purged + self.overdue
+                + self.escalated)
 
     @property
     def acted(self) -> bool:
-        return bool(self.expired or self.promoted or self.dispatched or self.purged)
+        return bool(self.expired or self.promoted or self.dispatched or self.purged or self.overdue
+                    or self.escalated)
 
     def summary(self) -> str:
-        parts = [f"{n}={getattr(self, n)}" for n in ("expired", "timed_out", "promoted", "dispatched", "purged")
+        parts = [f"{n}={getattr(self, n)}" for n in ("expired", "timed_out", "promoted", "dispatched", "purged", "overdue",
+                                                      "escalated")
                  if getattr(self, n)]
         if self.reasons:
             parts.append("reasons=" + ",".join(f"{k}:{v}" for k, v in sorted(self.reasons.items())))
@@ -68,7 +73,7 @@ def _run(engine, name: str, ids: list[str], argv_of) -> list[list]:
 
 def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     # Without an executor, PENDING tasks wait for a direct claim: the dispatch set is not work.
-    names = ["leases", "retries", "expiry"] + (["dispatch"] if engine.dispatcher.active else [])
+    names = ["leases", "retries", "expiry", "watch"] + (["dispatch"] if engine.dispatcher.active else [])
     lists, next_ms = engine.scripts.due([engine.keys.queue_key(queue, n) for n in names], batch)
     due = dict(zip(names, lists))
     lease_ids, retry_ids, expiry_ids = due["leases"], due["retries"], due["expiry"]
@@ -93,6 +98,9 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     report.promoted += len(promoted)
 
     report.purged += _purge(engine, queue, expiry_ids)
+    for r in _run(engine, "overdue", due["watch"], lambda tid: [tid]):
+        if r[0] == Code.OK:
+            setattr(report, r[1], getattr(report, r[1]) + 1)
 
     if engine.dispatcher.active:
         _redispatch(engine, promoted + [t for t in dispatch_ids if t not in set(promoted)], report)

@@ -7,7 +7,8 @@
 --   ARGV[8]: args JSON; ARGV[9]: digest of type + args; ARGV[10]: max attempts;
 --   ARGV[11]: lease ms; ARGV[12]: attempt timeout ms; ARGV[13]: priority; ARGV[14]: delay ms;
 --   ARGV[15]: backoff spec (lib/backoff); ARGV[16]: idempotency key TTL ms; ARGV[17]: idempotency key as given;
---   ARGV[18]: queue
+--   ARGV[18]: queue; ARGV[19]: ms from now the task is due (0 = no due time);
+--   ARGV[20]: ms from now it escalates if still unfinished (0 = never)
 -- Returns: {OK, id, now} | {REPLAYED, id} when the id or the key already exists with the same
 --   arguments | {IDEMPOTENCY_CONFLICT, id} when the key names a task with other arguments
 local id, digest = ARGV[5], ARGV[9]
@@ -26,7 +27,9 @@ if idem then
 end
 
 local now = now_ms()
-create(K, KEYS[T + 1], {id = id, type = ARGV[6], owner = ARGV[7], queue = ARGV[18],
+local due_ms, escalate_ms = tonumber(ARGV[19]), tonumber(ARGV[20])
+create(K, KEYS[T + 1], {id = id, due_at = due_ms > 0 and now + due_ms or nil,
+  escalate_at = escalate_ms > 0 and now + escalate_ms or nil, type = ARGV[6], owner = ARGV[7], queue = ARGV[18],
   max_attempts = ARGV[10], lease_ms = ARGV[11], timeout_ms = ARGV[12], priority = ARGV[13],
   backoff = ARGV[15], idempotency_key = ARGV[17] ~= '' and ARGV[17] or nil},
   ARGV[8], now, tonumber(ARGV[14]), {by = ARGV[7]})

@@ -41,6 +41,7 @@ local function place(K, t, from, to, score, now)
     redis.call('ZADD', K[new], score, id)
   elseif TERMINAL[to] then
     redis.call('ZADD', K.expiry, now + CFG.retention_ms, id)
+    redis.call('ZREM', K.watch, id)  -- ended in time or not: nothing more to escalate
   end
 end
 
@@ -97,6 +98,7 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev)
   redis.call('SET', K.args, args_json)
   redis.call('ZADD', K.index, now, f.id)
   redis.call('ZADD', owner_index, now, f.id)
+  if tonumber(f.due_at or 0) > 0 then redis.call('ZADD', K.watch, f.due_at, f.id) end
   t.id, t.owner, t.type = f.id, f.owner, f.type
   local due = now + delay_ms
   if delay_ms == 0 then due = now + CFG.dispatch_grace_ms end

@@ -13,7 +13,7 @@ from engine.scripts import LIBS, LUA_DIR, SCRIPTS, source
 from engine.states import State, TERMINAL, TRANSITIONS
 
 LUA_FILES = sorted(p.stem for p in LUA_DIR.glob("*.lua"))
-NOT_TRANSITIONS = {"purge", "due"}  # they act on tasks but move none along the state machine
+NOT_TRANSITIONS = {"purge", "overdue", "due"}  # they act on tasks but move none along the state machine
 # What lua/lib/lease.lua's check_lease may return: REPLAYED only to ending verbs (complete, fail, release).
 LIB_CHECK_LEASE = set(re.findall(r"\bC\.([A-Z_]+)", (LUA_DIR / "lib" / "lease.lua").read_text())) - {"REPLAYED"}
 

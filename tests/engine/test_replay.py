@@ -127,6 +127,12 @@ def case_park(engine):
     return Case(engine, lambda: engine.park(task.id, 5, "image-model"))
 
 
+def case_overdue(engine):
+    task = engine.submit("render", {}, owner="alice", due_in=0.01)
+    wait_for_server_time(engine.redis, int(raw_task(engine, task.id)["due_at"]))
+    return Case(engine, engine.sweep, again=Code.NOT_DUE)
+
+
 def case_cancel(engine):
     task = engine.submit("render", {}, owner="alice")
     return Case(engine, lambda: engine.cancel(task.id, by="alice", reason="stop"))

@@ -1,0 +1,42 @@
+"""Due times: the sweeper records overdue, then escalated, once each, for unfinished tasks."""
+import pytest
+
+from engine import State
+from tests.support.wait import wait_for_server_time
+
+
+def test_an_unfinished_task_is_recorded_overdue_then_escalated_once_each(engine):
+    task = engine.submit("render", {}, owner="alice", due_in=0.02, escalate_in=0.06)
+    wait_for_server_time(engine.redis, engine.get(task.id).due_at * 1000)
+    assert engine.sweep().overdue == 1
+    assert engine.sweep().overdue == 0  # once
+    got = engine.get(task.id)
+    assert got.overdue_at and not got.escalated_at and got.status == State.PENDING
+    wait_for_server_time(engine.redis, got.escalate_at * 1000)
+    assert engine.sweep().escalated == 1
+    assert engine.sweep().escalated == 0
+    kinds = [e.kind for e in engine.history(task.id)]
+    assert kinds.count("overdue") == 1 and kinds.count("escalated") == 1
+    stats = engine.stats()["images"]
+    assert (stats["overdue"], stats["escalated"]) == (1, 1)
+    assert engine.check() == []
+
+
+def test_a_task_that_ends_in_time_is_never_overdue(engine):
+    task = engine.submit("render", {}, owner="alice", due_in=0.02)
+    engine.complete(engine.claim(task.id, "w1"), {})
+    wait_for_server_time(engine.redis, engine.get(task.id).due_at * 1000)
+    assert engine.sweep().overdue == 0
+    assert engine.redis.zcard(engine.keys.task(task.id).watch) == 0
+
+
+def test_an_edit_keeps_the_due_time_of_the_request(engine):
+    old = engine.submit("render", {"prompt": "a"}, owner="alice", due_in=60)
+    new = engine.edit(old.id, {"prompt": "b"}, by="alice")
+    assert new.due_at == engine.get(old.id).due_at
+
+
+@pytest.mark.parametrize("kw", [{"due_in": -1}, {"due_in": 10, "escalate_in": 5}, {"escalate_in": "soon"}])
+def test_bad_due_times_are_value_errors(engine, kw):
+    with pytest.raises(ValueError):
+        engine.submit("render", {}, owner="alice", **kw)
