@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
-import random
 import uuid
 from typing import Any, Callable
 
 import redis as redis_lib
 
-from . import breakers as breakers_mod
 from . import check as check_mod
 from . import listing
 from . import priority as priority_mod
@@ -24,21 +21,21 @@ from . import stats as stats_mod
 from . import sweep as sweep_mod
 from .config import Config, ms
 from .dispatch import Dispatcher, NullDispatcher
-from .errors import BreakerOpen, Code, IdempotencyConflict, TaskNotFound
+from .errors import Code, IdempotencyConflict, TaskNotFound
 from .keys import Keys, new_task_id, parse_task_id
-from .models import Event, Lease, Task
+from .models import Event, Task
 from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts
-from .scripts import refuse
 from .server import check_server
 from .states import State
 from .users import Users
+from .lease_calls import LeaseCalls
+from .validate import duration_ms as _duration_ms, text as _text
 
-MAX_TEXT = 1024  # owner, idempotency key, reason, message
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
-class Engine:
+class Engine(LeaseCalls):
     """A ghostless engine bound to one Redis and one namespace.
 
     Args:
@@ -252,115 +249,6 @@ class Engine:
         if self.dispatcher.active and reply[0] == Code.OK:
             self.dispatch(task_id)
 
-    # -- worker calls -----------------------------------------------------------------------------
-    def claim(self, task_id: str, worker: str, dispatch_id: str = "", claim_id: str | None = None) -> Lease:
-        """Take the task's lease for a new attempt (a new, higher fencing token).
-
-        Args:
-            dispatch_id: the executor job's id; a delivery of an older dispatch is refused.
-            claim_id: unique per claim; a resent claim with the same id returns the same lease.
-
-        Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
-            UnknownTaskType (this engine does not run the task's type; nothing is imported),
-            BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task).
-        """
-        worker = _text("worker", worker)
-        types = "," + ",".join(t.name for t in self.registry) + ","
-        keys = self._keys(task_id)
-        breaker_key, spec, tt = None, "", None
-        if any(t.breaker for t in self.registry):  # only then is the type needed before the claim
-            type_name = self.redis.hget(keys.task, "type")
-            if type_name is None:
-                raise TaskNotFound(task_id)
-            tt = self.registry.get(type_name.decode() if isinstance(type_name, bytes) else type_name)
-            if tt.breaker:
-                breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
-                spec = tt.breaker.spec(tt.breaker_name)
-        reply = self.scripts.claim(keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types,
-                                   breaker_key, spec)
-        if reply[0] == Code.BREAKER_OPEN:
-            raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
-        return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
-                     type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]))
-
-    def lease_for_claim(self, task_id: str, claim_id: str) -> Lease | None:
-        """The lease a claim took, while the task is still PROCESSING under it (else None).
-
-        Lets a worker's parent process report on behalf of a work-horse that died.
-        """
-        row = self.redis.hmget(self._keys(task_id).task, "status", "claim_id", "token", "attempt", "type",
-                               "worker", "lease_ms", "max_attempts")
-        status, cid, token, attempt, type_name, worker, lease_ms, max_attempts = (
-            v.decode() if isinstance(v, bytes) else v for v in row)
-        if status != State.PROCESSING.value or cid != claim_id:
-            return None
-        return Lease(task_id=task_id, token=int(token), attempt=int(attempt), args=None, type=type_name,
-                     worker=worker, lease=int(lease_ms) / 1000, max_attempts=int(max_attempts))
-
-    def heartbeat(self, lease: Lease) -> float:
-        """Extend the lease. Returns seconds until the task's earliest deadline.
-        Raises LeaseLost, or TaskCancelled (a LeaseLost) when the task was cancelled."""
-        reply = self._holder("heartbeat", lease, ms(lease.lease), lease.worker)
-        return int(reply[1]) / 1000
-
-    def stage(self, lease: Lease, name: str) -> None:
-        """Enter a declared stage; its deadline (if any) starts now. Raises ValueError, LeaseLost."""
-        timeout_ms = self.registry.get(lease.type).stage_timeout_ms(name)
-        self._holder("stage", lease, name, timeout_ms, lease.worker)
-
-    def progress(self, lease: Lease, fraction: float, message: str = "") -> None:
-        """Report progress (0..1) and a message. Raises ValueError, LeaseLost."""
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
-            raise ValueError(f"progress must be a number within 0..1, got {fraction!r}")
-        self._holder("progress", lease, repr(float(fraction)), _text("message", message, empty=True), lease.worker)
-
-    def checkpoint(self, lease: Lease, key: str, value: Any) -> None:
-        """Save a JSON value that later attempts can read (Engine.checkpoints)."""
-        self._holder("checkpoint", lease, _text("checkpoint key", key), self._json("checkpoint", value),
-                     lease.worker)
-
-    def complete(self, lease: Lease, result: Any = None) -> State:
-        """Store the result; the task becomes SUCCESS. A repeat with the same lease is a no-op.
-        Raises ValueError (not JSON, too big), LeaseLost / TaskCancelled (never overwrites)."""
-        result_json = self._json("result", result, self.config.max_result_bytes)
-        breaker_key, spec = self._breaker(lease.type)
-        reply = self._holder("complete", lease, result_json, lease.worker, spec, extra_keys=breaker_key)
-        return State(reply[1])
-
-    def fail(self, lease: Lease, error_kind: str, reason: str = "", retryable: bool = True,
-             retry_in: float | None = None) -> State:
-        """End the attempt in failure: RETRY_WAITING (retryable, attempts left) or FAILED.
-
-        Error kinds the type declares permanent are never retried. ``retry_in``
-        overrides the backoff policy; with 0 the task is dispatched again at once
-        (used when the worker, not the task, failed). Returns the new state.
-        Raises LeaseLost / TaskCancelled (the outcome is never overwritten).
-        """
-        tt = self.registry.get(lease.type)
-        error_kind = _text("error_kind", error_kind)
-        retry = retryable and error_kind not in tt.permanent_errors
-        delay = "" if retry_in is None else _duration_ms("retry_in", retry_in)
-        # Only the task's own retryable failures count against its upstream's breaker.
-        breaker_key, spec = self._breaker(lease.type) if retry and retry_in is None else ((), "")
-        reply = self._holder("fail", lease, error_kind, _text("reason", reason, empty=True),
-                             "1" if retry else "0", random.random(), lease.worker, delay, spec,
-                             extra_keys=breaker_key)
-        state = State(reply[1])
-        if state == State.RETRY_WAITING and retry_in == 0 and reply[0] == Code.OK:
-            self._retry_now(lease.task_id)
-        return state
-
-    def _retry_now(self, task_id: str) -> None:
-        reply = self.scripts.call("promote", self.keys.task(task_id), [])
-        if reply[0] == Code.OK and self.dispatcher.active:
-            self.dispatch(task_id)
-
-    def release(self, lease: Lease, reason: str = "released") -> None:
-        """Give the task back to PENDING without consuming an attempt (graceful shutdown)."""
-        reply = self._holder("release", lease, _text("reason", reason), lease.worker)
-        if self.dispatcher.active and reply[0] == Code.OK:
-            self.dispatch(lease.task_id)
-
     # -- operations -------------------------------------------------------------------------------
     def sweep(self, batch: int = 1000) -> "sweep_mod.SweepReport":
         """One sweeper tick over every queue: expire, promote, re-dispatch, purge what is due."""
@@ -375,33 +263,6 @@ class Engine:
         return check_mod.check(self)
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _holder(self, verb: str, lease: Lease, *argv, extra_keys=()) -> list:
-        keys = [*self.keys.task(lease.task_id), *extra_keys]
-        return self.scripts.holder(verb, keys, lease.task_id, lease.token, *argv)
-
-    def _breaker(self, type_name: str) -> tuple[tuple[str, ...], str]:
-        """(extra KEYS, ARGV spec) of a type's circuit breaker; empty when it has none."""
-        tt = self.registry.get(type_name)
-        if not tt.breaker:
-            return (), ""
-        return (self.keys.breaker(tt.queue, tt.breaker_name),), tt.breaker.spec(tt.breaker_name)
-
-    def park(self, task_id: str, wait: float, upstream: str) -> State:
-        """Set a task whose upstream breaker is open aside: RETRY_WAITING for ``wait`` seconds (no
-        attempt consumed), or FAILED when its type's breaker policy is to fail fast."""
-        type_name = self.redis.hget(self._keys(task_id).task, "type")
-        tt = self.registry.get(type_name.decode() if isinstance(type_name, bytes) else type_name)
-        fast = tt.breaker is not None and tt.breaker.policy == "fail"
-        reply = refuse(self.scripts.call("park", self.keys.task(task_id),
-                                         [_duration_ms("wait", wait), "1" if fast else "0", upstream,
-                                          uuid.uuid4().hex]),
-                       "park", task_id)
-        return State(reply[1])
-
-    def breakers(self) -> list[dict]:
-        """State of every registered type's circuit breaker (dashboard, /metrics)."""
-        return breakers_mod.states(self)
-
     def _keys(self, task_id: str):
         if parse_task_id(task_id) is None:
             raise TaskNotFound(str(task_id))
@@ -432,18 +293,3 @@ class Engine:
         if len(text.encode()) > limit:
             raise ValueError(f"{what} is {len(text.encode())} bytes of JSON, over the limit of {limit}")
         return text
-
-
-def _text(name: str, value, empty: bool = False) -> str:
-    if not isinstance(value, str) or (not empty and not value.strip()):
-        raise ValueError(f"{name} must be a non-empty string" if not empty else f"{name} must be a string")
-    if len(value) > MAX_TEXT:
-        raise ValueError(f"{name} is longer than {MAX_TEXT} characters")
-    return value
-
-
-def _duration_ms(name: str, seconds) -> int:
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-            or not 0 <= seconds <= 366 * 86400:
-        raise ValueError(f"{name} must be a number of seconds within 0..366 days, got {seconds!r}")
-    return ms(seconds)

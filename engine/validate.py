@@ -1,0 +1,23 @@
+"""Checks of caller input shared by the Engine's calls: clear ValueErrors, never a bad write."""
+from __future__ import annotations
+
+import math
+
+from .config import ms
+
+MAX_TEXT = 1024  # owner, idempotency key, reason, message
+
+
+def text(name: str, value, empty: bool = False) -> str:
+    if not isinstance(value, str) or (not empty and not value.strip()):
+        raise ValueError(f"{name} must be a non-empty string" if not empty else f"{name} must be a string")
+    if len(value) > MAX_TEXT:
+        raise ValueError(f"{name} is longer than {MAX_TEXT} characters")
+    return value
+
+
+def duration_ms(name: str, seconds) -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or not 0 <= seconds <= 366 * 86400:
+        raise ValueError(f"{name} must be a number of seconds within 0..366 days, got {seconds!r}")
+    return ms(seconds)
