@@ -80,3 +80,65 @@ def demo_command(ctx):
     from .demo import main as demo_main
 
     ctx.exit(demo_main(ctx.args))
+
+
+@main.command("web")
+@APP
+@REDIS
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Processes (each with one event stream reader).")
+@click.option("--threads", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Threads per process: each open SSE stream or long-poll holds one.")
+@click.option("--log-level", default="INFO", show_default=True)
+def web_command(app_spec, redis_url, host, port, workers, threads, log_level):
+    """Serve the web app and JSON API (gunicorn gthread when installed)."""
+    from web.serve import serve
+
+    engine = _engine(app_spec, redis_url)
+    _logging(log_level)
+    serve(engine, app_spec, host, port, workers, threads)
+
+
+@main.group("user")
+def user_group():
+    """API users and their tokens."""
+
+
+@user_group.command("add")
+@APP
+@REDIS
+@click.argument("name")
+@click.option("--admin", is_flag=True, help="May see and change every user's tasks.")
+def user_add(app_spec, redis_url, name, admin):
+    """Create NAME (or keep it) and print a new API token: it is shown only this once."""
+    try:
+        token = _engine(app_spec, redis_url).users.add(name, admin=admin)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    click.echo(token)
+    click.echo(f"token for {name}{' (admin)' if admin else ''}: store it now, it is not shown again", err=True)
+
+
+@user_group.command("list")
+@APP
+@REDIS
+def user_list(app_spec, redis_url):
+    """Every user, whether admin, and how many tokens they hold."""
+    for user in _engine(app_spec, redis_url).users.list():
+        click.echo(f"{user.name}\t{'admin' if user.admin else 'user'}\ttokens={user.tokens}")
+
+
+@user_group.command("revoke")
+@APP
+@REDIS
+@click.argument("name")
+def user_revoke(app_spec, redis_url, name):
+    """Remove NAME and every token of theirs (their sessions end too)."""
+    if not _engine(app_spec, redis_url).users.revoke(name):
+        raise click.ClickException(f"no user {name!r}")
+    click.echo(f"revoked {name}")
+
+
+from . import cli_ops  # noqa: E402,F401  (submit, show, cancel, edit, retry, tail, stats, check, scheduler)

@@ -34,7 +34,8 @@ def _free_port() -> int:
 
 def _start_redis(workdir: str):
     port = _free_port()
-    server = shutil.which("redis-server")
+    # GHOSTLESS_DEMO_REDIS=fake forces the embedded server even where redis-server is installed.
+    server = shutil.which("redis-server") if os.environ.get("GHOSTLESS_DEMO_REDIS") != "fake" else None
     if server:
         proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
                                  "--save", "", "--appendonly", "yes", "--maxmemory-policy", "noeviction"],
@@ -42,7 +43,7 @@ def _start_redis(workdir: str):
         kind = f"redis-server (pid {proc.pid}, data in {workdir})"
         return f"redis://127.0.0.1:{port}/0", kind, proc
     proc = subprocess.Popen([sys.executable, "-m", "engine.fakeserver", str(port)], cwd=ROOT)
-    return f"redis://127.0.0.1:{port}/0", "embedded fakeredis server (no redis-server installed)", proc
+    return f"redis://127.0.0.1:{port}/0", "an embedded fakeredis server (in memory)", proc
 
 
 def _wait_redis(url: str, timeout: float = 15) -> None:

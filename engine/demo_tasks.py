@@ -3,7 +3,8 @@
 ``generate_image`` simulates an image model: a wait for a GPU, generation with
 progress, an upload; some attempts fail transiently (retried), a few prompts
 are refused for good, and one marked task crashes its work-horse mid-way (as
-an OOM kill would) so the demo shows it being recovered.
+an OOM kill would) so the demo shows it being recovered. ``usage_report`` is a
+periodic task: ``ghostless scheduler`` submits it once an hour (docker-compose.yml).
 """
 from __future__ import annotations
 
@@ -49,3 +50,14 @@ def generate_image(ctx, prompt: str, steps: int = 10, crash: bool = False, flaky
             _pause(ctx, random.uniform(0.1, 0.3))
             ctx.checkpoint("upload_key", f"s3://demo-bucket/{ctx.task_id}.png")
     return {"url": f"https://cdn.example.invalid/{ctx.task_id}.png", "prompt": prompt}
+
+
+@engine.task(queue="reports", lease=10, timeout=120, max_attempts=3, stages={"counting": 60})
+def usage_report(ctx, period: str):
+    """The hour's usage report: one task per hour however many schedulers run."""
+    with ctx.stage("counting"):
+        counts = engine.stats().get("images", {}).get("counts", {})
+    return {"period": period, "counts": counts}
+
+
+engine.periodic("usage_report", cron="0 * * * *", period_arg="period")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import uuid
 from typing import Any, Callable
 
@@ -21,11 +22,11 @@ from . import stats as stats_mod
 from . import sweep as sweep_mod
 from .config import Config, ms
 from .dispatch import Dispatcher, NullDispatcher
-from .errors import Code, IdempotencyConflict, TaskNotFound
+from .errors import Code, IdempotencyConflict, IllegalTransition, TaskNotFound
 from .keys import Keys, new_task_id, parse_task_id
 from .models import Event, Task
 from .registry import Breaker, Registry, TaskType, as_backoff
-from .scripts import Scripts
+from .scripts import Scripts, refuse
 from .server import check_server
 from .states import State
 from .users import Users
@@ -144,14 +145,16 @@ class Engine(LeaseCalls):
         if code == Code.IDEMPOTENCY_CONFLICT:
             raise IdempotencyConflict(idempotency_key, found_id)
         if code == Code.REPLAYED:
-            return self._require(found_id)
+            task = self._require(found_id)
+            task.replayed = True
+            return task
         now = int(reply[2]) / 1000
         task = Task(id=task_id, type=tt.name, queue=tt.queue, owner=owner, status=State.PENDING,
                     max_attempts=tt.max_attempts, args=json.loads(args_json), created_at=now, updated_at=now,
                     version=1, priority=priority, idempotency_key=idempotency_key or "")
         if delay_ms == 0 and self.dispatcher.active:
-            self.dispatch_known(task_id, tt, priority)
-            task.status, task.version = State.QUEUED, 2
+            if self.dispatch_known(task_id, tt, priority):
+                task.status, task.version = State.QUEUED, 2
         return task
 
     def dispatch(self, task_id: str) -> str:
@@ -167,8 +170,11 @@ class Engine(LeaseCalls):
         type_name, priority = (v.decode() if isinstance(v, bytes) else v for v in row)
         return self.dispatch_known(task_id, self.registry.get(type_name), int(priority or 0))
 
-    def dispatch_known(self, task_id: str, tt: TaskType, priority: int) -> str:
-        """``dispatch`` when the caller already knows the task's type and priority."""
+    def dispatch_known(self, task_id: str, tt: TaskType, priority: int) -> str | None:
+        """``dispatch`` when the caller already knows the task's type and priority.
+        Returns None (the task stays PENDING) while its queue is draining."""
+        if self.redis.hget(self.keys.queue_key(tt.queue, "control"), "draining"):
+            return None
         dispatch_id = uuid.uuid4().hex
         self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, priority, tt.timeout)
         self.scripts.dispatch(self.keys.task(task_id), task_id, dispatch_id, ms(self.config.requeue_after))
@@ -250,6 +256,48 @@ class Engine(LeaseCalls):
             self.dispatch(task_id)
 
     # -- operations -------------------------------------------------------------------------------
+    def reclaim(self, task_id: str, *, by: str) -> State:
+        """Admin: take a PROCESSING task from its worker now (a stuck one), as if its lease had
+        lapsed: PROCESSING -> TIMEOUT -> RETRY_WAITING, retried at once (or TIMEOUT when no attempt
+        remains). Returns the state it is in then. Raises IllegalTransition when not PROCESSING."""
+        reply = refuse(self.scripts.call("expire", self._keys(task_id), [random.random(), _text("by", by)]),
+                       "expire", task_id)
+        if reply[0] == Code.NOT_DUE:
+            raise IllegalTransition(task_id, self.get(task_id).status.value, "reclaim")
+        if reply[1] == State.RETRY_WAITING.value:
+            self._retry_now(task_id)
+        return self.get(task_id).status
+
+    def retry_failed(self, type: str, *, by: str, queue: str | None = None) -> int:
+        """Admin: manual ``retry`` of every FAILED task of a type. Returns how many were reopened."""
+        tt = self.registry.get(type)
+        count, cursor = 0, None
+        while True:
+            page, cursor = self.list_tasks(None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue,
+                                           limit=200, cursor=cursor)
+            for task in page:
+                try:
+                    self.retry(task.id, by=by, admin=True)
+                    count += 1
+                except (IllegalTransition, TaskNotFound):
+                    pass  # retried or purged meanwhile
+            if cursor is None:
+                return count
+
+    def drain(self, queue: str, draining: bool = True) -> None:
+        """Admin: stop (or, with False, resume) handing the queue's tasks to workers. Tasks already
+        queued or running finish; new and returning ones wait in PENDING until resumed."""
+        key = self.keys.queue_key(queue, "control")
+        self.redis.hset(key, "draining", 1) if draining else self.redis.hdel(key, "draining")
+
+    def draining(self) -> list[str]:
+        """Queues that are draining."""
+        pipe = self.redis.pipeline(transaction=False)
+        queues = self.queues()
+        for q in queues:
+            pipe.hget(self.keys.queue_key(q, "control"), "draining")
+        return [q for q, flag in zip(queues, pipe.execute()) if flag]
+
     def sweep(self, batch: int = 1000) -> "sweep_mod.SweepReport":
         """One sweeper tick over every queue: expire, promote, re-dispatch, purge what is due."""
         return sweep_mod.sweep(self, batch)

@@ -61,12 +61,16 @@ class Heartbeat(threading.Thread):
                 self._lose("cancelled")
             except LeaseLost as e:
                 self._lose(f"lease lost ({e.state or 'gone'})")
-            except (redis.ConnectionError, redis.TimeoutError) as e:
+            except Exception as e:  # noqa: BLE001 - this thread must outlive any error, or nothing stops the task
+                # Unreachable, but also full (OOM under noeviction), read-only after a failover, or
+                # a bug: the lease is not being renewed all the same.
+                unreachable = isinstance(e, (redis.ConnectionError, redis.TimeoutError))
                 failures += 1
-                log.warning("heartbeat of task %s failed (%d): %s", self.ctx.task_id, failures, e)
+                log.warning("heartbeat of task %s failed (%d): %s", self.ctx.task_id, failures, e,
+                            exc_info=not isinstance(e, redis.RedisError))
                 if failures >= self.max_failures or time.monotonic() - last_ok > self.ctx.lease.lease:
                     self.abandoned = True
-                    self.ctx.cancel("redis unreachable")
+                    self.ctx.cancel("redis unreachable" if unreachable else f"heartbeat failing: {e}")
                     self._schedule("abandoned", 0)
 
     def _lose(self, reason: str) -> None:

@@ -16,7 +16,7 @@ _ID_RE = re.compile(r"^([A-Za-z0-9_-]{1,64})\.([0-9a-f]{20})$")
 
 
 def valid_queue(name: str) -> bool:
-    return isinstance(name, str) and bool(_QUEUE_RE.match(name))
+    return isinstance(name, str) and bool(_QUEUE_RE.fullmatch(name))
 
 
 def new_task_id(queue: str) -> str:
@@ -27,7 +27,7 @@ def parse_task_id(task_id: object) -> str | None:
     """Return the queue of a well-formed task id, or None."""
     if not isinstance(task_id, str):
         return None
-    m = _ID_RE.match(task_id)
+    m = _ID_RE.fullmatch(task_id)
     return m.group(1) if m else None
 
 

@@ -54,12 +54,15 @@ class Task:
     idempotency_key: str = ""
     token: int = 0
     lease_deadline: float | None = None
+    queued_at: float | None = None  # when it last entered QUEUED from PENDING
     due_at: float | None = None  # by when it should have ended (submit's due_in)
     escalate_at: float | None = None
     overdue_at: float | None = None  # when the sweeper recorded it overdue (once)
     escalated_at: float | None = None
     #: QUEUED only: how many tasks of its queue start before it (0 = next); O(log N) to read
     position: int | None = None
+    #: set by submit: True when an idempotency key (or a resent call) returned an existing task
+    replayed: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -85,7 +88,7 @@ class Task:
             supersedes=g.get("supersedes", ""), superseded_by=g.get("superseded_by", ""),
             version=_i(g.get("version")), priority=_i(g.get("priority")),
             idempotency_key=g.get("idempotency_key", ""), token=_i(g.get("token")), lease_deadline=lease,
-            due_at=_t(g.get("due_at")), escalate_at=_t(g.get("escalate_at")),
+            queued_at=_t(g.get("queued_at")), due_at=_t(g.get("due_at")), escalate_at=_t(g.get("escalate_at")),
             overdue_at=_t(g.get("overdue_at")), escalated_at=_t(g.get("escalated_at")),
         )
 

@@ -108,7 +108,7 @@ class TaskType:
         return self.upstream or self.name
 
     def __post_init__(self):
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise ValueError(f"task type name must match {_NAME_RE.pattern}: {self.name!r}")
         if not valid_queue(self.queue):
             raise ValueError(f"queue name must be letters, digits, '_' or '-' (max 64): {self.queue!r}")
@@ -116,10 +116,10 @@ class TaskType:
             raise ValueError("timeout and lease must be positive")
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ValueError("max_attempts must be an integer >= 1")
-        if self.upstream and not _STAGE_RE.match(self.upstream):
+        if self.upstream and not _STAGE_RE.fullmatch(self.upstream):
             raise ValueError(f"upstream name must match {_STAGE_RE.pattern}: {self.upstream!r}")
         for stage, limit in self.stages.items():
-            if not _STAGE_RE.match(stage):
+            if not _STAGE_RE.fullmatch(stage):
                 raise ValueError(f"stage name must match {_STAGE_RE.pattern}: {stage!r}")
             if limit is not None and limit < 0:
                 raise ValueError(f"stage {stage!r} timeout must be >= 0")

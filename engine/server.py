@@ -39,4 +39,42 @@ def check_server(client, strict: bool = False) -> list[str]:
         found.append(msg)
     for msg in found:
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    log.debug("Redis %s, maxmemory-policy %s", version, policy)
+    for level, msg in persistence_notes(client):
+        log.log(level, msg)
     return found
+
+
+def persistence_notes(client) -> list[tuple[int, str]]:
+    """What a crash of Redis would lose with its persistence settings: (logging level, message).
+
+    WARNING when AOF is off (or ``appendfsync no``); INFO for ``everysec`` and ``always``.
+    Logged at start-up (not a Python warning: a test Redis without AOF is fine) and shown
+    by ``ghostless check``.
+    """
+    try:
+        info = client.info("persistence")
+        fsync = client.config_get("appendfsync").get("appendfsync")
+        save = client.config_get("save").get("save")
+    except redis_lib.ResponseError:
+        return [(logging.INFO, "persistence not verified: the server refuses INFO or CONFIG GET")]
+    if "aof_enabled" not in info:
+        return [(logging.INFO, "persistence not verified: INFO persistence has no aof_enabled")]
+    if not int(info["aof_enabled"]):
+        if save:
+            lost = (f"every transition since the last RDB snapshot (snapshot rule 'save {save}': "
+                    "minutes of work)")
+        else:
+            lost = "every task (RDB snapshots are off too)"
+        return [(logging.WARNING,
+                 f"Redis AOF is off (appendonly no): a crash or restart of Redis loses {lost}; tasks then "
+                 "reappear in earlier states or not at all. Set appendonly yes with appendfsync everysec.")]
+    if fsync == "everysec":
+        return [(logging.INFO, "Redis AOF is on with appendfsync everysec: a crash of the machine (power, kernel) "
+                               "may lose up to about 1 s of acknowledged transitions (the sweeper re-runs what "
+                               "reappears in an earlier state); a crash of Redis alone loses nothing.")]
+    if fsync == "always":
+        return [(logging.INFO, "Redis AOF is on with appendfsync always: every acknowledged transition survives "
+                               "a crash (each write waits for fsync).")]
+    return [(logging.WARNING, f"Redis AOF is on with appendfsync {fsync}: the OS decides when to write (often "
+                              "every 30 s), so a crash of the machine may lose that much. Prefer everysec.")]

@@ -73,7 +73,10 @@ def _run(engine, name: str, ids: list[str], argv_of) -> list[list]:
 
 def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     # Without an executor, PENDING tasks wait for a direct claim: the dispatch set is not work.
-    names = ["leases", "retries", "expiry", "watch"] + (["dispatch"] if engine.dispatcher.active else [])
+    # A draining queue hands nothing to workers: its dispatch set waits until it is resumed.
+    dispatching = engine.dispatcher.active and not engine.redis.hget(engine.keys.queue_key(queue, "control"),
+                                                                         "draining")
+    names = ["leases", "retries", "expiry", "watch"] + (["dispatch"] if dispatching else [])
     lists, next_ms = engine.scripts.due([engine.keys.queue_key(queue, n) for n in names], batch)
     due = dict(zip(names, lists))
     lease_ids, retry_ids, expiry_ids = due["leases"], due["retries"], due["expiry"]
@@ -102,7 +105,7 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
         if r[0] == Code.OK:
             setattr(report, r[1], getattr(report, r[1]) + 1)
 
-    if engine.dispatcher.active:
+    if dispatching:
         _redispatch(engine, promoted + [t for t in dispatch_ids if t not in set(promoted)], report)
     return any(len(ids) >= batch for ids in lists)
 

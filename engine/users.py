@@ -33,7 +33,7 @@ class Users:
 
     def add(self, name: str, admin: bool = False) -> str:
         """Create the user (or keep it) and issue a new API token; returns the token (shown once)."""
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise ValueError("user name must be 1-64 letters, digits or . _ @ -")
         token = "gl_" + secrets.token_urlsafe(32)
         digest = _digest(token)
@@ -75,7 +75,7 @@ class Users:
 
     def authenticate(self, token: object) -> User | None:
         """The user a token belongs to, or None (also for malformed input)."""
-        if not isinstance(token, str) or not 8 <= len(token) <= 256:
+        if not isinstance(token, str) or not 8 <= len(token) <= 256 or not token.isascii():
             return None
         name = self.redis.hget(self.keys.tokens(), _digest(token))
         return self.get(_s(name)) if name else None

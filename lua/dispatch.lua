@@ -18,6 +18,8 @@ if not LEGAL.dispatch[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local reason = ''
 if t.status == 'QUEUED' then reason = 'redispatch' end
+-- queued_at survives a re-dispatch, so "QUEUED for too long" measures the whole wait.
 change(K, t, 'dispatch', 'QUEUED', now, now + tonumber(ARGV[6]),
-  {dispatch_id = ARGV[5], dispatched_at = now}, {reason = reason})
+  {dispatch_id = ARGV[5], dispatched_at = now, queued_at = t.status == 'PENDING' and now or t.queued_at},
+  {reason = reason})
 return {C.OK, t.version}

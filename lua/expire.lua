@@ -1,18 +1,23 @@
--- Expire: the sweeper reclaims a task whose lease, stage or attempt deadline has passed.
+-- Expire: the sweeper reclaims a task whose lease, stage or attempt deadline has passed (or an
+-- admin reclaims a stuck task now).
 -- From: PROCESSING
 -- To: TIMEOUT, RETRY_WAITING
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
--- ARGV[1..4]: engine config; ARGV[5]: random number in [0, 1) for backoff jitter
+-- ARGV[1..4]: engine config; ARGV[5]: random number in [0, 1) for backoff jitter;
+--   ARGV[6]: the admin reclaiming it now, whatever its deadlines ('' = the sweeper)
 -- Returns: {OK, state, reason} | {NOT_DUE} when the deadline has not passed or the task left
 --   PROCESSING meanwhile (compare-and-set lost; several sweepers may race) | {NOT_FOUND}
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
 if t.status ~= 'PROCESSING' then return {C.NOT_DUE} end
 local now = now_ms()
-if lease_deadline(t) > now then return {C.NOT_DUE} end
+local by = ARGV[6] or ''
+if by == '' and lease_deadline(t) > now then return {C.NOT_DUE} end
 
 local reason = 'heartbeat_lost'
-if t.attempt_deadline <= now then
+if by ~= '' then
+  reason = 'reclaimed by ' .. by
+elseif t.attempt_deadline <= now then
   reason = 'attempt_timeout'
 elseif t.stage_deadline > 0 and t.stage_deadline <= now then
   reason = 'stage_timeout:' .. t.stage
@@ -22,9 +27,10 @@ change(K, t, 'expire', 'TIMEOUT', now, 0,
   {error_kind = 'timeout', reason = reason, finished_at = now}, {reason = reason, worker = t.worker})
 redis.call('HINCRBY', K.stats, 'fail:timeout', 1)
 if t.attempt < t.max_attempts then
-  -- A lost heartbeat means the worker died, not that the task failed: retry at once.
+  -- A lost heartbeat (or an admin's reclaim) means the worker died or hung, not that the task
+  -- failed: retry at once.
   local at = now
-  if reason ~= 'heartbeat_lost' then at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[5])) end
+  if reason ~= 'heartbeat_lost' and by == '' then at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[5])) end
   change(K, t, 'expire', 'RETRY_WAITING', now, at, {next_retry_at = at, finished_at = ''},
     {reason = reason})
 end

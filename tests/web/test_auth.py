@@ -1,0 +1,198 @@
+"""Authentication (web/auth.py): bearer tokens, cookie login/logout, CSRF on cookie POSTs."""
+from __future__ import annotations
+
+import base64
+import logging
+import zlib
+
+import pytest
+
+from engine import State
+from web import create_app
+
+from .conftest import TEST_CONFIG
+from .helpers import task_in
+from .sse_client import open_sse
+
+RENDER = {"type": "render", "args": {"prompt": "a cat"}}
+
+
+def code(response) -> str:
+    return response.get_json()["error"]["code"]
+
+
+def login(client, token, **headers):
+    return client.post("/login", data={"token": token}, headers={"Accept": "application/json", **headers})
+
+
+@pytest.fixture
+def browser(app, tokens):
+    """A test client logged in as alice with the session cookie; ``browser.csrf`` its token."""
+    client = app.test_client()
+    r = login(client, tokens["alice"])
+    assert r.status_code == 200
+    client.csrf = r.get_json()["csrf_token"]
+    return client
+
+
+# -- bearer ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("header", [None, "Bearer", "Bearer gl_not-a-real-token", "Basic YWxpY2U6cHc=",
+                                    "bearer  ", "Token abc"])
+def test_a_call_without_a_valid_bearer_token_is_a_401(client, tokens, header):
+    r = client.get("/api/tasks", headers={"Authorization": header} if header else {})
+    assert (r.status_code, code(r)) == (401, "unauthorized")
+    assert r.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_the_bearer_scheme_is_case_insensitive(client, tokens):
+    r = client.get("/api/me", headers={"Authorization": f"bearer {tokens['alice']}"})
+    assert r.get_json() == {"user": "alice", "admin": False, "auth": "bearer"}
+
+
+def test_a_revoked_users_token_stops_working(client, engine, tokens, auth):
+    assert client.get("/api/tasks", headers=auth["bob"]).status_code == 200
+    engine.users.revoke("bob")
+    assert client.get("/api/tasks", headers=auth["bob"]).status_code == 401
+
+
+def test_bearer_posts_need_no_csrf_token(client, auth):
+    assert client.post("/api/tasks", json=RENDER, headers=auth["alice"]).status_code == 201
+
+
+# -- login, logout --------------------------------------------------------------------------------
+def test_login_sets_an_httponly_samesite_lax_session_cookie_without_the_token(app, tokens):
+    client = app.test_client()
+    r = client.post("/login", data={"token": tokens["alice"], "next": "/tasks"})
+    assert (r.status_code, r.headers["Location"]) == (303, "/tasks")
+    cookie = r.headers["Set-Cookie"]
+    assert cookie.startswith("ghostless_session=") and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    payload = cookie.split("=", 1)[1].split(";")[0]
+    compressed = payload.startswith(".")
+    body = payload.lstrip(".").split(".")[0]
+    raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    assert tokens["alice"].encode() not in (zlib.decompress(raw) if compressed else raw)
+    assert client.get("/api/me").get_json() == {"user": "alice", "admin": False, "auth": "cookie"}
+
+
+def test_the_login_page_is_a_form(client):
+    r = client.get("/login")
+    assert r.status_code == 200 and 'name="token"' in r.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("next_url", ["//evil.example", "https://evil.example/", "/\\evil.example", "tasks"])
+def test_login_never_redirects_off_site(client, tokens, next_url):
+    r = client.post("/login", data={"token": tokens["alice"], "next": next_url})
+    assert r.headers["Location"] == "/"
+
+
+@pytest.mark.parametrize("token", ["", "gl_wrong-token-123", None])
+def test_login_with_a_bad_token_is_a_401_and_sets_no_session(client, token):
+    r = client.post("/login", data={"token": token} if token is not None else {})
+    assert (r.status_code, code(r)) == (401, "unauthorized")
+    assert client.get("/api/me").status_code == 401
+
+
+@pytest.mark.parametrize("header", [{"Origin": "https://evil.example"}, {"Origin": "null"},
+                                    {"Referer": "https://evil.example/page"}])
+def test_a_cross_origin_login_is_refused(client, tokens, header):
+    r = login(client, tokens["alice"], **header)
+    assert (r.status_code, code(r)) == (403, "csrf_failed")
+    assert client.get("/api/me").status_code == 401
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000, b"{", b"[1]", b'{"token": 5}', b"",
+                                  b'{"token": "\\ud800gl_abcdefgh"}'])
+def test_a_login_with_a_malformed_json_body_is_a_4xx(client, body):
+    r = client.post("/login", data=body, content_type="application/json")
+    assert r.status_code in (400, 401) and code(r) in ("invalid", "unauthorized")
+
+
+def test_a_json_login_is_accepted(client, tokens):
+    r = client.post("/login", json={"token": tokens["alice"]})
+    assert r.status_code == 200 and r.get_json()["user"] == "alice"
+
+
+def test_a_same_origin_login_is_accepted(client, tokens):
+    assert login(client, tokens["alice"], Origin="http://localhost").status_code == 200
+
+
+def test_logout_ends_the_session(browser):
+    assert browser.get("/api/me").status_code == 200
+    r = browser.get("/logout")
+    assert (r.status_code, r.headers["Location"]) == (303, "/login")
+    assert browser.get("/api/me").status_code == 401
+
+
+def test_revoking_the_user_ends_their_sessions(browser, engine):
+    engine.users.revoke("alice")
+    assert browser.get("/api/tasks").status_code == 401
+
+
+def test_a_bearer_header_takes_precedence_over_the_cookie(browser, auth):
+    assert browser.get("/api/me", headers=auth["bob"]).get_json()["user"] == "bob"
+    r = browser.get("/api/me", headers={"Authorization": "Bearer gl_not-a-real-token"})
+    assert r.status_code == 401
+
+
+# -- CSRF -----------------------------------------------------------------------------------------
+def test_a_cookie_post_without_the_csrf_token_is_a_403(browser, engine):
+    r = browser.post("/api/tasks", json=RENDER)
+    assert (r.status_code, code(r)) == (403, "csrf_failed")
+    assert engine.stats()["images"]["counts"]["PENDING"] == 0
+
+
+def test_a_cookie_post_with_a_wrong_csrf_token_is_a_403(browser):
+    for wrong in ["", "x" * 43, browser.csrf + "x", "é"]:
+        r = browser.post("/api/tasks", json=RENDER, headers={"X-CSRF-Token": wrong.encode().decode("latin-1")})
+        assert (r.status_code, code(r)) == (403, "csrf_failed")
+
+
+def test_a_cookie_post_with_the_csrf_header_is_accepted(browser):
+    assert browser.post("/api/tasks", json=RENDER, headers={"X-CSRF-Token": browser.csrf}).status_code == 201
+
+
+def test_a_cookie_post_with_the_csrf_form_field_is_accepted(browser, engine):
+    task = task_in(engine, State.PENDING)
+    r = browser.post(f"/api/tasks/{task.id}/cancel", data={"csrf_token": browser.csrf})
+    assert r.status_code == 200 and engine.get(task.id).status == State.CANCELLED
+
+
+def test_api_csrf_returns_the_sessions_token(browser):
+    assert browser.get("/api/csrf").get_json()["csrf_token"] == browser.csrf
+
+
+def test_api_csrf_is_for_sessions_only(client, auth):
+    assert client.get("/api/csrf").status_code == 401
+    r = client.get("/api/csrf", headers=auth["alice"])
+    assert (r.status_code, code(r)) == (400, "no_session")
+
+
+def test_a_new_login_issues_a_new_csrf_token(browser, tokens):
+    old = browser.csrf
+    new = login(browser, tokens["alice"]).get_json()["csrf_token"]
+    assert new != old
+    assert browser.post("/api/tasks", json=RENDER, headers={"X-CSRF-Token": old}).status_code == 403
+
+
+def test_event_streams_authenticate_with_the_session_cookie(browser, engine):
+    task = task_in(engine, State.SUCCESS)
+    stream = open_sse(browser, f"/api/tasks/{task.id}/events")
+    assert stream.next()["event"] == "snapshot"
+    stream.close()
+
+
+# -- secret key -----------------------------------------------------------------------------------
+def test_without_a_secret_key_a_random_one_is_used_and_a_warning_logged(engine, monkeypatch, caplog):
+    monkeypatch.delenv("GHOSTLESS_SECRET_KEY", raising=False)
+    config = {k: v for k, v in TEST_CONFIG.items() if k != "SECRET_KEY"}
+    with caplog.at_level(logging.WARNING, logger="ghostless.web"):
+        first = create_app({**config, "GHOSTLESS_ENGINE": engine})
+        second = create_app({**config, "GHOSTLESS_ENGINE": engine})
+    assert first.secret_key and first.secret_key != second.secret_key
+    assert any("will not survive a restart" in m for m in caplog.messages)
+
+
+def test_the_secret_key_comes_from_the_environment(engine, monkeypatch):
+    monkeypatch.setenv("GHOSTLESS_SECRET_KEY", "from-env")
+    config = {k: v for k, v in TEST_CONFIG.items() if k != "SECRET_KEY"}
+    assert create_app({**config, "GHOSTLESS_ENGINE": engine}).secret_key == "from-env"

@@ -1,0 +1,152 @@
+"""``ghostless web`` and ``ghostless user add|list|revoke`` (engine/cli.py, web/serve.py)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+import fakeredis
+import pytest
+from click.testing import CliRunner
+
+from engine import Engine
+from engine.cli import main
+from tests.apps import web as web_app
+from tests.conftest import register_test_types
+from tests.support.procs import ROOT, Proc
+from tests.support.redis_server import free_port
+from tests.support.wait import wait_until
+
+APP = "tests.apps.web:engine"
+
+
+@pytest.fixture(params=["fake", "real"])
+def cli(request, monkeypatch):
+    """(run, engine): run the CLI in-process against the same Redis as ``engine``."""
+    monkeypatch.setenv("GHOSTLESS_TEST_NS", "t")
+    if request.param == "fake":
+        monkeypatch.setenv("GHOSTLESS_TEST_FAKE", "1")
+        client = fakeredis.FakeRedis(server=web_app.FAKE)
+        env = {}
+    else:
+        monkeypatch.delenv("GHOSTLESS_TEST_FAKE", raising=False)
+        server = request.getfixturevalue("redis_server")
+        client = server.client()
+        env = {"GHOSTLESS_REDIS_URL": server.url}
+    client.flushall()
+    engine = register_test_types(Engine(client, namespace="t", dispatcher=None))
+
+    def run(*args):
+        return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+    yield run, engine
+    client.close()
+
+
+def test_user_add_prints_a_token_that_authenticates_the_user(cli):
+    run, engine = cli
+    result = run("user", "add", "alice", "--app", APP)
+    assert result.exit_code == 0, result.output
+    token = result.stdout.strip()
+    assert token.startswith("gl_") and "\n" not in token
+    assert "not shown again" in result.stderr
+    assert engine.users.authenticate(token).name == "alice"
+
+
+def test_user_add_admin_and_list(cli):
+    run, engine = cli
+    run("user", "add", "alice", "--app", APP)
+    run("user", "add", "root", "--admin", "--app", APP)
+    result = run("user", "list", "--app", APP)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == ["alice\tuser\ttokens=1", "root\tadmin\ttokens=1"]
+
+
+def test_user_revoke_removes_the_user_and_their_tokens(cli):
+    run, engine = cli
+    token = run("user", "add", "bob", "--app", APP).stdout.strip()
+    result = run("user", "revoke", "bob", "--app", APP)
+    assert (result.exit_code, result.stdout.strip()) == (0, "revoked bob")
+    assert engine.users.authenticate(token) is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["user", "add", "no spaces allowed"], "user name must be"),
+    (["user", "revoke", "nobody"], "no user 'nobody'"),
+])
+def test_user_command_errors_are_one_line(cli, args, message):
+    run, _ = cli
+    result = run(*args, "--app", APP)
+    assert result.exit_code != 0
+    assert message in result.output and "Traceback" not in result.output
+    assert len([line for line in result.output.splitlines() if line.startswith("Error")]) == 1
+
+
+def test_commands_without_an_app_fail_in_one_line(monkeypatch):
+    monkeypatch.delenv("GHOSTLESS_APP", raising=False)
+    for args in (["user", "list"], ["web"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and "no app" in result.output and "Traceback" not in result.output
+
+
+def test_web_without_gunicorn_serves_with_flasks_threaded_server_and_warns(cli, monkeypatch, caplog):
+    run, engine = cli
+    import web.serve
+    from flask import Flask
+
+    calls = []
+    monkeypatch.setattr(web.serve, "gunicorn_available", lambda: False)
+    monkeypatch.setattr(Flask, "run", lambda self, **kw: calls.append((self, kw)))
+    result = run("web", "--app", APP, "--port", "8123")
+    assert result.exit_code == 0, result.output
+    [(app, kwargs)] = calls
+    assert kwargs == {"host": "127.0.0.1", "port": 8123, "threaded": True}
+    assert app.extensions["ghostless"].engine.keys.ns == "t"
+    assert any("gunicorn is not installed" in m for m in caplog.messages)
+
+
+@pytest.mark.slow
+def test_web_serves_the_api_and_live_events_with_gunicorn(redis_server):
+    client = redis_server.client()
+    client.flushall()
+    engine = register_test_types(Engine(client, namespace="t", dispatcher=None))
+    token = engine.users.add("alice")
+    port = free_port()
+    env = {**os.environ, "GHOSTLESS_REDIS_URL": redis_server.url, "GHOSTLESS_TEST_NS": "t",
+           "GHOSTLESS_SECRET_KEY": "k", "PYTHONPATH": str(ROOT)}
+    env.pop("GHOSTLESS_TEST_FAKE", None)
+    proc = Proc([sys.executable, "-m", "engine", "web", "--app", APP, "--port", str(port), "--workers", "1",
+                 "--threads", "4"], env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _get(base + "/healthz") == (200, {"status": "ok"}), timeout=20,
+                   what="gunicorn to serve /healthz")
+        assert _get(base + "/readyz")[0] == 200
+        task = engine.submit("render", {"prompt": "p"}, owner="alice")
+        headers = {"Authorization": f"Bearer {token}"}
+        assert _get(f"{base}/api/tasks/{task.id}", headers)[1]["task"]["owner"] == "alice"
+        request = urllib.request.Request(f"{base}/api/tasks/{task.id}/events", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as stream:
+            assert stream.headers["Content-Type"].startswith("text/event-stream")
+            lines = [stream.readline().decode() for _ in range(4)]
+            assert lines[:2] == ["retry: 2000\n", "\n"] and lines[3].startswith("event: snapshot")
+            lease = engine.claim(task.id, "w1")
+            engine.complete(lease, {})
+            rest = stream.read().decode()  # the stream ends after the terminal state
+        assert "event: transition" in rest and '"to":"SUCCESS"' in rest
+        assert "gthread" in proc.output() or "Booting worker" in proc.output()
+    finally:
+        proc.stop()
+        client.close()
+
+
+def _get(url, headers=None):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+    except OSError:
+        return None, None

@@ -1,0 +1,45 @@
+"""The SSE message formatter (web/sse.py format_event, format_comment), on its own."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from web.sse import format_comment, format_event
+
+
+def test_an_event_has_its_id_name_and_json_data_and_ends_with_a_blank_line():
+    assert format_event("1700000000000-0", "transition", {"to": "SUCCESS"}) == \
+        'id: 1700000000000-0\nevent: transition\ndata: {"to":"SUCCESS"}\n\n'
+
+
+def test_json_data_stays_on_one_line_even_with_newlines_in_strings():
+    text = format_event(data={"message": "line 1\nline 2\r\n"})
+    assert text.count("\n") == 2
+    assert json.loads(text[len("data: "):]) == {"message": "line 1\nline 2\r\n"}
+
+
+def test_string_data_with_newlines_becomes_one_data_line_per_line():
+    assert format_event(data="a\nb\r\nc\rd") == "data: a\ndata: b\ndata: c\ndata: d\n\n"
+
+
+def test_fields_left_out_are_not_sent():
+    assert format_event(data={}) == "data: {}\n\n"
+    assert format_event(retry=2000) == "retry: 2000\n\n"
+
+
+@pytest.mark.parametrize("field", ["id", "event"])
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "a\0b"])
+def test_an_id_or_name_that_would_break_the_framing_is_refused(field, bad):
+    with pytest.raises(ValueError):
+        format_event(**{field: bad}, data={})
+
+
+def test_a_comment_is_a_colon_line_each():
+    assert format_comment("keep-alive") == ": keep-alive\n\n"
+    assert format_comment("a\nb") == ": a\n: b\n\n"
+    assert format_comment("") == ": \n\n"
+
+
+def test_unicode_data_is_sent_as_json_escapes():
+    assert format_event(data={"prompt": "猫 🐱"}) == 'data: {"prompt":"\\u732b \\ud83d\\udc31"}\n\n'

@@ -1,0 +1,73 @@
+"""The Flask web app: JSON API, live status over SSE, login; pages when web/pages.py exists.
+
+``create_app(config=None)`` builds it. Config keys (besides Flask's own):
+
+- ``GHOSTLESS_ENGINE``: the Engine to serve; else the app named by ``GHOSTLESS_APP``
+  (``module:attribute``, as ``ghostless worker --app``), loaded on first use.
+- ``SECRET_KEY``: signs session cookies; else env ``GHOSTLESS_SECRET_KEY``; else a random
+  key per process (logged: sessions then die with the process and do not span workers).
+- ``GHOSTLESS_SSE_KEEPALIVE`` (s), ``GHOSTLESS_SSE_RETRY_MS``, ``GHOSTLESS_SSE_BUFFER``
+  (events per client), ``GHOSTLESS_BROKER_BLOCK_MS`` (XREAD block), ``GHOSTLESS_LONGPOLL_MAX``
+  (s), ``GHOSTLESS_STUCK_AFTER`` (s a task may wait in PENDING/QUEUED before it counts as stuck).
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import secrets
+from datetime import timedelta
+
+from flask import Flask
+
+from engine.app import AppError
+
+from . import api, auth, deps, errors, health, sse
+
+log = logging.getLogger("ghostless.web")
+
+DEFAULTS = {
+    "MAX_CONTENT_LENGTH": (1 << 20) + (64 << 10),  # 1 MiB of args plus room for the envelope
+    "SESSION_COOKIE_NAME": "ghostless_session",
+    "SESSION_COOKIE_HTTPONLY": True,
+    "SESSION_COOKIE_SAMESITE": "Lax",
+    "SESSION_COOKIE_SECURE": os.environ.get("GHOSTLESS_SECURE_COOKIES") == "1",
+    "PERMANENT_SESSION_LIFETIME": timedelta(hours=12),
+    "GHOSTLESS_SSE_KEEPALIVE": 15.0,
+    "GHOSTLESS_SSE_RETRY_MS": 2000,
+    "GHOSTLESS_SSE_BUFFER": 1000,
+    "GHOSTLESS_BROKER_BLOCK_MS": 5000,
+    "GHOSTLESS_LONGPOLL_MAX": 60.0,
+    "GHOSTLESS_STUCK_AFTER": 300.0,
+}
+
+
+def create_app(config: dict | None = None) -> Flask:
+    app = Flask(__name__)
+    app.config.update(DEFAULTS)
+    app.config["GHOSTLESS_APP"] = os.environ.get("GHOSTLESS_APP")
+    app.config.update(config or {})
+    if app.config.get("GHOSTLESS_ENGINE") is None and not app.config.get("GHOSTLESS_APP"):
+        raise AppError("no app: pass GHOSTLESS_ENGINE in the config or set GHOSTLESS_APP=module:engine")
+    if not app.config.get("SECRET_KEY"):
+        app.config["SECRET_KEY"] = os.environ.get("GHOSTLESS_SECRET_KEY") or _random_key()
+    deps.init_app(app)
+    errors.init_app(app)
+    for blueprint in (auth.bp, api.bp, sse.bp, health.bp):
+        app.register_blueprint(blueprint)
+    if importlib.util.find_spec(f"{__name__}.pages") is not None:
+        from . import pages
+
+        app.register_blueprint(pages.bp)
+    return app
+
+
+def close_app(app: Flask) -> None:
+    """Stop the app's SSE broker thread (tests; a process that exits needs nothing)."""
+    app.extensions["ghostless"].close()
+
+
+def _random_key() -> str:
+    log.warning("no SECRET_KEY or GHOSTLESS_SECRET_KEY: using a random key, so login sessions will "
+                "not survive a restart or work across processes")
+    return secrets.token_hex(32)

@@ -1,0 +1,150 @@
+"""Authentication: bearer tokens for API clients, a session cookie for browsers, CSRF.
+
+- ``Authorization: Bearer <token>``: the token is checked against ``engine.users`` on each
+  request. Bearer calls need no CSRF token (a browser never attaches one by itself).
+- ``POST /login`` with the token sets a signed, HttpOnly, SameSite=Lax session cookie that
+  holds the token's SHA-256 digest (never the token), so revoking the user ends the session.
+  EventSource then authenticates with the cookie: no token ever goes in a URL.
+- Cookie-authenticated state changes (POST) need the session's CSRF token, in the
+  ``X-CSRF-Token`` header or a ``csrf_token`` form field (``GET /api/csrf`` returns it).
+  ``/login`` itself refuses a cross-origin ``Origin``/``Referer`` (login CSRF).
+"""
+from __future__ import annotations
+
+import hmac
+import secrets
+from urllib.parse import urlsplit
+
+from flask import Blueprint, g, jsonify, redirect, request, session
+from markupsafe import escape
+
+from engine.users import User
+from engine.web_queries import token_digest, user_for_digest
+
+from .bodies import json_body
+from .deps import get_engine
+from .errors import ApiError
+
+bp = Blueprint("auth", __name__)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+UNAUTHORIZED = {"WWW-Authenticate": 'Bearer realm="ghostless"'}
+
+
+def current_user() -> User | None:
+    """The caller (bearer token first, else the session cookie), cached for the request."""
+    if "user" not in g:
+        g.user, g.auth = None, None
+        header = request.headers.get("Authorization")
+        if header is not None:
+            scheme, _, token = header.strip().partition(" ")
+            if scheme.lower() == "bearer":
+                g.user, g.auth = get_engine().users.authenticate(token.strip()), "bearer"
+        elif "digest" in session:
+            g.user, g.auth = user_for_digest(get_engine(), session.get("digest")), "cookie"
+    return g.user
+
+
+def require_user() -> User:
+    """``before_request`` of every API and SSE blueprint: 401 without a valid caller, 403
+    for a cookie-authenticated state change without the session's CSRF token."""
+    user = current_user()
+    if user is None:
+        raise ApiError(401, "unauthorized", "authentication required: a bearer token or a login session",
+                       UNAUTHORIZED)
+    if g.auth == "cookie" and request.method not in SAFE_METHODS:
+        sent = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token") or ""
+        if not _same(sent, session.get("csrf")):
+            raise ApiError(403, "csrf_failed", "missing or wrong CSRF token (X-CSRF-Token header)")
+    return user
+
+
+def _encodable(text: object) -> bool:
+    """A str that UTF-8 can encode (JSON may carry lone surrogates, which hashing refuses)."""
+    try:
+        return isinstance(text, str) and bool(text.encode())
+    except UnicodeEncodeError:
+        return False
+
+
+def _same(sent: object, expected: object) -> bool:
+    if not isinstance(sent, str) or not isinstance(expected, str) or not expected:
+        return False
+    return hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), expected.encode())
+
+
+def _wants_json() -> bool:
+    return request.is_json or request.accept_mimetypes.best_match(
+        ["text/html", "application/json"]) == "application/json"
+
+
+def _local_path(target: object) -> str:
+    """``target`` when it is a path on this site (no open redirects), else ``/``."""
+    if isinstance(target, str) and target.startswith("/") and not target.startswith(("//", "/\\")) \
+            and not any(c in target for c in "\r\n\\"):
+        return target
+    return "/"
+
+
+def _cross_origin() -> bool:
+    source = request.headers.get("Origin") or request.headers.get("Referer")
+    if not source or source == "null":
+        return source == "null"
+    try:
+        return urlsplit(source).netloc.lower() != request.host.lower()
+    except ValueError:
+        return True
+
+
+LOGIN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>ghostless: log in</title></head>
+<body><main><h1>ghostless</h1>{message}
+<form method="post" action="/login">
+<label>API token <input type="password" name="token" autocomplete="current-password" required></label>
+<input type="hidden" name="next" value="{next}"><button type="submit">Log in</button>
+</form></main></body></html>"""
+
+
+@bp.get("/login")
+def login_page():
+    return LOGIN_PAGE.format(message="", next=escape(_local_path(request.args.get("next"))))
+
+
+@bp.post("/login")
+def login():
+    if _cross_origin():
+        raise ApiError(403, "csrf_failed", "cross-origin login refused")
+    token = json_body(required=False).get("token")
+    user = get_engine().users.authenticate(token) if _encodable(token) else None
+    if user is None:
+        raise ApiError(401, "unauthorized", "unknown or revoked token", UNAUTHORIZED)
+    session.clear()  # a fresh session: nothing carried over from before the login (fixation)
+    session.permanent = True
+    session["digest"] = token_digest(token)
+    session["csrf"] = secrets.token_urlsafe(32)
+    if _wants_json():
+        return jsonify(user=user.name, admin=user.admin, csrf_token=session["csrf"])
+    return redirect(_local_path(request.form.get("next")), code=303)
+
+
+@bp.route("/logout", methods=["GET", "POST"])
+def logout():
+    session.clear()
+    if _wants_json():
+        return jsonify(ok=True)
+    return redirect("/login", code=303)
+
+
+@bp.get("/api/csrf")
+def csrf_token():
+    user = require_user()
+    if g.auth != "cookie":
+        raise ApiError(400, "no_session", "CSRF tokens belong to login sessions; bearer calls need none")
+    if not isinstance(session.get("csrf"), str):
+        session["csrf"] = secrets.token_urlsafe(32)
+    return jsonify(user=user.name, admin=user.admin, csrf_token=session["csrf"])
+
+
+@bp.get("/api/me")
+def me():
+    user = require_user()
+    return jsonify(user=user.name, admin=user.admin, auth=g.auth)

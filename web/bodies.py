@@ -1,0 +1,35 @@
+"""Request bodies: JSON objects only, parsed so that no body can cause a 5xx.
+
+Flask's ``get_json(silent=True)`` lets a deeply nested array escape as RecursionError (a
+500); every view reads its body here instead.
+"""
+from __future__ import annotations
+
+import json
+
+from flask import request
+
+from .errors import ApiError
+
+FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+
+
+def json_body(required: bool = True) -> dict:
+    """The request body as a JSON object (a form body: its fields but ``csrf_token``).
+
+    Raises ApiError 400 for anything else; werkzeug raises 413 past MAX_CONTENT_LENGTH.
+    """
+    if request.mimetype in FORM_TYPES:
+        return {k: v for k, v in request.form.items() if k != "csrf_token"}
+    data = request.get_data(cache=True)
+    if not data.strip():
+        if required:
+            raise ApiError(400, "invalid", "a JSON object body is required")
+        return {}
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "invalid", "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid", "the body must be a JSON object")
+    return body

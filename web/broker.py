@@ -1,0 +1,185 @@
+"""SSE fan-out: one stream reader thread per web process, bounded buffers per client.
+
+The reader holds one Redis connection of its own and runs ``XREAD BLOCK`` over every
+queue's event stream; each event goes to the subscribers whose filter accepts it. A
+subscriber's buffer holds at most ``limit`` events: a client that stops reading is dropped
+(its buffer never grows past the bound) and reconnects with ``Last-Event-ID``, replaying
+what it missed from the stream itself. No browser holds a Redis connection.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+import redis as redis_lib
+
+from engine.web_queries import MAX_SEQ, server_ms, stream_event
+
+log = logging.getLogger("ghostless.web.broker")
+
+
+class Dropped(Exception):
+    """The subscriber fell more than its buffer behind and was dropped."""
+
+
+class Subscriber:
+    """One client's bounded buffer; the broker thread offers, the client's thread takes."""
+
+    def __init__(self, accepts: Callable[[dict], bool], limit: int):
+        self.accepts = accepts
+        self.limit = limit
+        self.dropped = False
+        self._events: deque[dict] = deque()
+        self._cond = threading.Condition()
+
+    def offer(self, event: dict) -> bool:
+        """Buffer an event; False (and dropped from then on) when the buffer is full."""
+        with self._cond:
+            if self.dropped:
+                return False
+            if len(self._events) >= self.limit:
+                self.dropped = True
+            else:
+                self._events.append(event)
+            self._cond.notify()
+            return not self.dropped
+
+    def next(self, timeout: float) -> dict | None:
+        """The next buffered event, or None after ``timeout`` seconds without one.
+
+        Raises Dropped once the buffered events are used up after a drop.
+        """
+        with self._cond:
+            if not self._events and not self.dropped:
+                self._cond.wait(timeout)
+            if self._events:
+                return self._events.popleft()
+            if self.dropped:
+                raise Dropped()
+            return None
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+def own_client(client, socket_timeout: float):
+    """A client on the same server as ``client`` with a pool (and so connections) of its own."""
+    pool = client.connection_pool
+    kwargs = {k: v for k, v in pool.connection_kwargs.items()
+              if not k.startswith(("maint_notifications", "orig_"))}
+    kwargs["socket_timeout"] = max(kwargs.get("socket_timeout") or 0, socket_timeout)
+    new_pool = pool.__class__(connection_class=pool.connection_class, max_connections=2, **kwargs)
+    return type(client)(connection_pool=new_pool)
+
+
+class Broker:
+    """Reads every queue's event stream once and fans events out to subscribers.
+
+    Args:
+        engine: the app's engine (its queues, keys and client to copy).
+        block_ms: how long one XREAD blocks; also how often new queues are noticed and how
+            long ``close()`` may wait.
+        limit: each subscriber's buffer bound (events).
+    """
+
+    def __init__(self, engine, block_ms: int = 5000, limit: int = 1000, batch: int = 500):
+        self.engine, self.block_ms, self.limit, self.batch = engine, int(block_ms), int(limit), batch
+        self._subs: set[Subscriber] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client = None
+        self.positions: dict[str, str] = {}  # queue -> last stream id read
+        self._start_id = ""
+        self._refreshed = 0.0
+
+    def subscribe(self, accepts: Callable[[dict], bool], limit: int | None = None) -> Subscriber:
+        """A new subscriber, fed every event read from now on that ``accepts`` takes, with a
+        buffer of ``limit`` events (default: the broker's)."""
+        sub = Subscriber(accepts, limit or self.limit)
+        with self._lock:
+            if self._stop.is_set():
+                raise RuntimeError("broker is closed")
+            if self._thread is None:
+                self._start()  # may raise (Redis down): then nothing is subscribed
+            self._subs.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        with self._lock:
+            self._subs.discard(sub)
+
+    def subscribers(self) -> int:
+        with self._lock:
+            return len(self._subs)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the reader thread (it ends after its current XREAD) and close its connection."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout if timeout is not None else self.block_ms / 1000 + 5)
+        if self._client is not None:
+            self._client.close()
+
+    # -- the reader thread ------------------------------------------------------------------------
+    def _start(self) -> None:
+        client = own_client(self.engine.redis, self.block_ms / 1000 + 10)
+        try:
+            # Every queue starts at the reader's start time; one seen later starts there too, so
+            # no event of a new queue is missed between its creation and the next queue refresh.
+            self._start_id = f"{server_ms(client) - 1}-{MAX_SEQ}"
+        except Exception:
+            client.close()
+            raise
+        self._client = client
+        self._thread = threading.Thread(target=self._run, name="ghostless-sse-broker", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self._read_once()
+                failures = 0
+            except redis_lib.RedisError as e:
+                failures += 1
+                log.warning("event stream read failed (%s); retrying", e)
+                self._stop.wait(min(0.1 * 2 ** failures, 5.0))
+            except Exception:  # noqa: BLE001 - the one reader must outlive a bad event
+                log.exception("event stream reader error")
+                self._stop.wait(1.0)
+
+    def _read_once(self) -> None:
+        if time.monotonic() - self._refreshed >= self.block_ms / 1000:
+            for queue in self.engine.queues():
+                self.positions.setdefault(queue, self._start_id)
+            self._refreshed = time.monotonic()
+        if not self.positions:
+            self._stop.wait(self.block_ms / 1000)
+            return
+        keys = {self.engine.keys.queue_key(q, "events"): q for q in self.positions}
+        reply = self._client.xread({k: self.positions[q] for k, q in keys.items()},
+                                   count=self.batch, block=self.block_ms)
+        for key, rows in reply or []:
+            queue = keys[key.decode() if isinstance(key, bytes) else key]
+            for sid, fields in rows:
+                event = stream_event(queue, sid, fields)
+                self.positions[queue] = event["stream_id"]
+                self._fan_out(event)
+
+    def _fan_out(self, event: dict) -> None:
+        with self._lock:
+            subs = list(self._subs)
+        for sub in subs:
+            try:
+                wanted = sub.accepts(event)
+            except Exception:  # noqa: BLE001 - one bad filter must not starve the others
+                log.exception("subscriber filter failed")
+                wanted = False
+            if wanted and not sub.offer(event):
+                log.info("dropped a slow SSE client (%d events behind)", sub.limit)
+                self.unsubscribe(sub)

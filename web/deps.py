@@ -1,0 +1,64 @@
+"""The one accessor for the engine and the SSE broker of an app (as flaskr's ``get_db``).
+
+Both are made once per app (per process), on first use: the engine from
+``GHOSTLESS_ENGINE`` or else the app named by ``GHOSTLESS_APP``; the broker's reader
+thread starts with its first subscriber, so a process that serves no stream runs none
+(and gunicorn workers start theirs after the fork).
+"""
+from __future__ import annotations
+
+import threading
+
+from flask import Flask, current_app
+
+from engine import Engine
+from engine.app import load_app
+
+from .broker import Broker
+
+
+class Deps:
+    def __init__(self, app: Flask):
+        self.config = app.config
+        self._engine: Engine | None = app.config.get("GHOSTLESS_ENGINE")
+        self._broker: Broker | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    self._engine = load_app(self.config.get("GHOSTLESS_APP"))
+        return self._engine
+
+    @property
+    def broker(self) -> Broker:
+        if self._broker is None:
+            engine = self.engine
+            with self._lock:
+                if self._broker is None:
+                    self._broker = Broker(engine, block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"],
+                                          limit=self.config["GHOSTLESS_SSE_BUFFER"])
+        return self._broker
+
+    def close(self) -> None:
+        """Stop the broker's reader thread (tests; a process that exits needs nothing)."""
+        if self._broker is not None:
+            self._broker.close()
+
+
+def init_app(app: Flask) -> None:
+    app.extensions["ghostless"] = Deps(app)
+
+
+def deps() -> Deps:
+    return current_app.extensions["ghostless"]
+
+
+def get_engine() -> Engine:
+    return deps().engine
+
+
+def get_broker() -> Broker:
+    return deps().broker

@@ -1,0 +1,37 @@
+"""Probes for load balancers and orchestrators (no authentication, nothing about tasks)."""
+from __future__ import annotations
+
+import logging
+
+import redis
+from flask import Blueprint, jsonify
+
+from engine import web_queries as wq
+from engine.app import AppError
+
+from .deps import get_engine
+from .errors import error_response
+
+bp = Blueprint("health", __name__)
+log = logging.getLogger("ghostless.web")
+
+
+@bp.get("/healthz")
+def healthz():
+    """The process is up and serving requests."""
+    return jsonify(status="ok")
+
+
+@bp.get("/readyz")
+def readyz():
+    """Redis answers and has every engine script cached (SCRIPT EXISTS). Scripts missing after
+    a Redis restart or SCRIPT FLUSH are loaded here, as EVALSHA's NOSCRIPT fallback would do on
+    first use; 503 when Redis cannot be reached or a script cannot be loaded."""
+    try:
+        engine = get_engine()
+        engine.redis.ping()
+        loaded = wq.ensure_scripts(engine)
+    except (redis.RedisError, RuntimeError, AppError) as e:
+        log.warning("not ready: %s", e)
+        return error_response(503, "not_ready", f"Redis is not ready: {e}"[:300])
+    return jsonify(status="ok", scripts=len(wq.script_shas()), loaded_now=loaded)

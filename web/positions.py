@@ -1,0 +1,62 @@
+"""Resumable positions across every queue's event stream: the SSE ``id`` of ``/api/events``.
+
+Each queue has its own stream, so one stream id cannot say where a feed of all queues
+stands. The SSE id of that feed is::
+
+    <base ms>[,<queue>:<stream id>]...        e.g.  1700000000000,images:1700000000123-0
+
+``base`` is the Redis server time (ms) when the feed started. A queue listed with a stream
+id has been delivered up to and including that id; every other queue has been delivered
+nothing from ``base`` on. Resuming replays each queue from there (``XRANGE``), so nothing is
+lost or repeated. Only queues that had an event for this client are listed, and queue names
+cannot contain ``,`` or ``:``.
+"""
+from __future__ import annotations
+
+import re
+
+from engine.web_queries import parse_stream_id
+
+BASE_RE = re.compile(r"[0-9]{1,19}")
+QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # engine/keys.py's alphabet (fullmatch: no trailing newline)
+MAX_QUEUES = 1000  # a Last-Event-ID listing more is not one we made
+
+
+class Positions:
+    def __init__(self, base: int, queues: dict[str, str] | None = None):
+        self.base = base
+        self.queues = dict(queues or {})
+
+    @classmethod
+    def parse(cls, text: object) -> "Positions | None":
+        """The positions an SSE id names, or None when it is not one of ours."""
+        if not isinstance(text, str) or not text or len(text) > 100_000:
+            return None
+        base, *parts = text.split(",")
+        if not BASE_RE.fullmatch(base) or len(parts) > MAX_QUEUES:
+            return None
+        queues = {}
+        for part in parts:
+            queue, _, sid = part.partition(":")
+            if not QUEUE_RE.fullmatch(queue) or parse_stream_id(sid) is None or queue in queues:
+                return None
+            queues[queue] = sid
+        return cls(int(base), queues)
+
+    def start(self, queue: str) -> str:
+        """XRANGE start of what this client has not had from ``queue``."""
+        sid = self.queues.get(queue)
+        return f"({sid}" if sid else f"{self.base}-0"
+
+    def is_new(self, queue: str, stream_id: str) -> bool:
+        """True when the event at ``stream_id`` of ``queue`` has not been delivered."""
+        sid = self.queues.get(queue)
+        if sid is None:
+            return parse_stream_id(stream_id) >= (self.base, 0)
+        return parse_stream_id(stream_id) > parse_stream_id(sid)
+
+    def advance(self, queue: str, stream_id: str) -> None:
+        self.queues[queue] = stream_id
+
+    def __str__(self) -> str:
+        return ",".join([str(self.base), *(f"{q}:{s}" for q, s in sorted(self.queues.items()))])

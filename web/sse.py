@@ -1,0 +1,175 @@
+"""Server-Sent Events: one task's live timeline, and a feed of all the caller's tasks.
+
+``GET /api/tasks/<id>/events``: a ``snapshot`` event (the task and its history), then one
+event per transition, stage, progress report (and refused stale call) of the task, each
+with its queue stream id as SSE ``id``; the stream ends after a terminal state. With
+``Last-Event-ID`` (or ``?last_event_id=``) it replays what came after that id instead of a
+snapshot, then goes live: nothing is lost or repeated.
+
+``GET /api/events``: every event of the caller's tasks (an admin's: all), across queues.
+Its SSE id is a composite position over the queue streams (web/positions.py). It starts
+with a ``ready`` event carrying the starting position.
+
+Views only check access and set headers; generators read live events from the process's
+broker (web/broker.py) and replay from the queue streams; cleanup runs in ``finally``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+import redis
+from flask import Blueprint, Response, current_app, g, request
+
+from engine import web_queries as wq
+
+from .api import task_json
+from .auth import require_user
+from .broker import Dropped
+from .deps import get_broker, get_engine
+from .errors import ApiError
+from .positions import Positions
+
+bp = Blueprint("sse", __name__, url_prefix="/api")
+log = logging.getLogger("ghostless.web")
+
+
+@bp.before_request
+def _authenticate():
+    g.caller = require_user()
+
+
+def format_event(id: str | None = None, event: str | None = None, data=None, retry: int | None = None) -> str:
+    """One SSE message. ``data`` is sent as JSON (a str as is, one ``data:`` line per line)."""
+    lines = []
+    for name, value in (("id", id), ("event", event)):
+        if value is not None:
+            value = str(value)
+            if any(c in value for c in "\r\n\0"):
+                raise ValueError(f"SSE {name} must not contain CR, LF or NUL")
+            lines.append(f"{name}: {value}")
+    if retry is not None:
+        lines.append(f"retry: {int(retry)}")
+    if data is not None:
+        text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+        lines += [f"data: {line}" for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    return "\n".join(lines) + "\n\n"
+
+
+def format_comment(text: str) -> str:
+    return "".join(f": {line}\n" for line in text.splitlines() or [""]) + "\n"
+
+
+def _last_event_id() -> str | None:
+    return request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or None
+
+
+def _stream(generator) -> Response:
+    return Response(generator, mimetype="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _ending_on_redis_errors(events):
+    """A stream that ends, rather than breaks, when Redis fails mid-stream: the browser then
+    reconnects with Last-Event-ID and resumes once Redis is back."""
+    try:
+        yield from events
+    except redis.RedisError as e:
+        log.warning("event stream ended early: %s", e)
+    finally:
+        events.close()
+
+
+def _settings() -> tuple[float, int]:
+    return current_app.config["GHOSTLESS_SSE_KEEPALIVE"], current_app.config["GHOSTLESS_SSE_RETRY_MS"]
+
+
+@bp.get("/tasks/<task_id>/events")
+def task_events(task_id: str):
+    engine = get_engine()
+    owner = None if g.caller.admin else g.caller.name
+    if engine.get(task_id, owner=owner) is None:
+        raise ApiError(404, "not_found", "task not found")
+    last = _last_event_id()
+    last = last if wq.parse_stream_id(last) is not None else None
+    return _stream(_ending_on_redis_errors(task_stream(engine, get_broker(), task_id, last, *_settings())))
+
+
+def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: float, retry_ms: int):
+    """Snapshot (or replay after ``last_id``), then live events until a terminal state."""
+    sub = broker.subscribe(lambda ev: ev["task_id"] == task_id)
+    try:
+        yield format_event(retry=retry_ms)
+        # Subscribed first: an event newer than the snapshot's position is in the buffer.
+        task, history, position = wq.snapshot(engine, task_id)
+        if task is None:
+            return
+        if last_id is None or wq.stream_may_be_trimmed(engine, task.queue, last_id):
+            yield format_event(position, "snapshot", {"task": task_json(task),
+                                                      "history": [e.to_dict() for e in history]})
+        else:
+            for ev in wq.read_stream(engine, task.queue, f"({last_id}", position):
+                if ev["task_id"] == task_id:
+                    yield format_event(ev["stream_id"], ev["kind"], ev)
+                    if wq.is_terminal(ev):
+                        return
+        if task.terminal:
+            return
+        sent = max(wq.parse_stream_id(position), wq.parse_stream_id(last_id or "0-0"))
+        while True:
+            try:
+                ev = sub.next(keepalive)
+            except Dropped:
+                return  # the client reconnects with Last-Event-ID and replays the rest
+            if ev is None:
+                yield format_comment("keep-alive")
+                continue
+            sid = wq.parse_stream_id(ev["stream_id"])
+            if sid <= sent:
+                continue
+            sent = sid
+            yield format_event(ev["stream_id"], ev["kind"], ev)
+            if wq.is_terminal(ev):
+                return
+    finally:
+        broker.unsubscribe(sub)
+
+
+@bp.get("/events")
+def all_events():
+    positions = Positions.parse(_last_event_id())
+    owner = None if g.caller.admin else g.caller.name
+    return _stream(_ending_on_redis_errors(feed_stream(get_engine(), get_broker(), owner, positions,
+                                                       *_settings())))
+
+
+def feed_stream(engine, broker, owner: str | None, positions: Positions | None, keepalive: float,
+                retry_ms: int):
+    """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live."""
+    def visible(ev: dict) -> bool:
+        return owner is None or ev["owner"] == owner
+
+    sub = broker.subscribe(visible)
+    try:
+        yield format_event(retry=retry_ms)
+        if positions is None:
+            positions = Positions(wq.server_ms(engine.redis))
+            yield format_event(str(positions), "ready", {"owner": owner, "position": str(positions)})
+        else:
+            for queue in engine.queues():
+                for ev in wq.read_stream(engine, queue, positions.start(queue)):
+                    if visible(ev):
+                        positions.advance(queue, ev["stream_id"])
+                        yield format_event(str(positions), ev["kind"], ev)
+        while True:
+            try:
+                ev = sub.next(keepalive)
+            except Dropped:
+                return
+            if ev is None:
+                yield format_comment("keep-alive")
+            elif positions.is_new(ev["queue"], ev["stream_id"]):
+                positions.advance(ev["queue"], ev["stream_id"])
+                yield format_event(str(positions), ev["kind"], ev)
+    finally:
+        broker.unsubscribe(sub)
