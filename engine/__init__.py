@@ -3,7 +3,7 @@ from .config import Config
 from .engine import Engine
 from .errors import (
     BreakerOpen, Code, GhostlessError, IdempotencyConflict, IllegalTransition, LeaseLost, PermanentError, RedisSetupError,
-    TaskCancelled, TaskNotFound, UnknownTaskType, WrongDispatch,
+    TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType, WrongDispatch,
 )
 from .models import Event, Lease, Task
 from .registry import Backoff, Breaker, TaskType
@@ -12,5 +12,5 @@ from .states import State, TERMINAL, TRANSITIONS
 __all__ = [
     "Backoff", "Breaker", "BreakerOpen", "Code", "Config", "Engine", "Event", "GhostlessError", "IdempotencyConflict", "IllegalTransition",
     "Lease", "LeaseLost", "PermanentError", "RedisSetupError", "State", "TERMINAL", "TRANSITIONS", "Task",
-    "TaskCancelled", "TaskNotFound", "TaskType", "UnknownTaskType", "WrongDispatch",
+    "TaskCancelled", "TaskNotFound", "TaskType", "UnknownParent", "UnknownTaskType", "WrongDispatch",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .states import DEADLINE_SET, State, TERMINAL
 
-SETS = ("dispatch", "leases", "retries", "expiry")
+SETS = ("dispatch", "leases", "retries", "expiry", "waiting")
 LINE = "ready"  # QUEUED tasks only, in the order workers take them
 CHUNK = 500
 
@@ -37,14 +37,14 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
         pipe = r.pipeline(transaction=False)
         for tid in chunk:
             pipe.hmget(k.task(tid).task, "status", "lease_until", "attempt_deadline", "stage_deadline",
-                       "token", "attempt", "owner")
+                       "token", "attempt", "owner", "waiting_on")
         rows = pipe.execute()
         pipe = r.pipeline(transaction=False)
         for tid, row in zip(chunk, rows):
             pipe.zscore(k.owner_index(queue, _s(row[6]) or ""), tid)
         for tid, row, listed in zip(chunk, rows, pipe.execute()):
             seen.add(tid)
-            status, lease_until, attempt_dl, stage_dl, token, attempt, owner = (_s(x) for x in row)
+            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting = (_s(x) for x in row)
             if listed is None and status is not None:
                 problems.append(f"{tid}: missing from its owner's ({owner}) task index")
             if status is None:
@@ -53,6 +53,8 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
             scanned[status] = scanned.get(status, 0) + 1
             where = [name for name in SETS if tid in members[name]]
             expected = DEADLINE_SET.get(State(status), "expiry")
+            if status == State.PENDING.value and waiting == "1":
+                expected = "waiting"  # waits on parents, which are themselves covered
             if where != [expected]:
                 problems.append(f"{tid}: {status} is in {where or 'no set'}, expected exactly [{expected}]")
             if (status == State.QUEUED.value) != (tid in members[LINE]):

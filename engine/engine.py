@@ -15,6 +15,7 @@ from typing import Any, Callable
 import redis as redis_lib
 
 from . import check as check_mod
+from . import dependencies as deps
 from . import listing
 from . import priority as priority_mod
 from . import periodic as periodic_mod
@@ -58,7 +59,7 @@ class Engine(LeaseCalls):
             from .rq_dispatch import RQDispatcher
             dispatcher = RQDispatcher(redis, namespace)
         self.dispatcher = dispatcher or NullDispatcher()
-        self.scripts = Scripts(redis, self.config)
+        self.scripts = Scripts(redis, self.config, on_resolve=lambda key: deps.resolve_due(self, key))
         self._known_queues: set[str] = set()
         self.users = Users(redis, self.keys)
         if check:
@@ -106,7 +107,7 @@ class Engine(LeaseCalls):
     # -- client calls -----------------------------------------------------------------------------
     def submit(self, type: str, args: dict | None = None, *, owner: str, idempotency_key: str | None = None,
                priority: int = 0, delay: float = 0, due_in: float | None = None,
-               escalate_in: float | None = None) -> Task:
+               escalate_in: float | None = None, depends_on: list[str] | None = None) -> Task:
         """Create a task in PENDING (or return the one its idempotency key names).
 
         Args:
@@ -115,10 +116,13 @@ class Engine(LeaseCalls):
             delay: seconds before it may be dispatched.
             due_in / escalate_in: seconds from now by which the task should have ended; the
                 sweeper records an ``overdue`` (then ``escalated``) event once if it has not.
+            depends_on: ids of tasks (in the same queue) that must all end in SUCCESS first
+                (engine/dependencies.py).
 
         Returns: the new Task, or the existing one for a replayed idempotency key.
 
-        Raises: UnknownTaskType, ValueError (bad input), IdempotencyConflict (same key, other args).
+        Raises: UnknownTaskType, ValueError (bad input), IdempotencyConflict (same key, other args),
+            UnknownParent (a ValueError: depends_on names a task that does not exist).
 
         Redis keys: the task's keys, its queue's sets/stream/counters, the idempotency key.
         """
@@ -133,14 +137,16 @@ class Engine(LeaseCalls):
         escalate_ms = _duration_ms("escalate_in", escalate_in) if escalate_in is not None else 0
         if escalate_ms and escalate_ms <= due_ms:
             raise ValueError("escalate_in must be later than due_in")
+        parent_ids, parent_keys = deps.parent_keys(self, tt.queue, depends_on)
         task_id = new_task_id(tt.queue)
         self._remember_queue(tt.queue)
         digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
         idem = self.keys.idempotency(tt.queue, owner, idempotency_key) if idempotency_key else None
-        reply = self.scripts.submit(self.keys.task(task_id), self.keys.owner_index(tt.queue, owner), idem, [
+        reply = self.scripts.submit(self.keys.task(task_id), self.keys.owner_index(tt.queue, owner), parent_keys,
+                                    idem, [
             task_id, tt.name, owner, args_json, digest, tt.max_attempts, ms(tt.lease), ms(tt.timeout),
             priority, delay_ms, tt.backoff.spec(), ms(self.config.idempotency_ttl), idempotency_key or "",
-            tt.queue, due_ms, escalate_ms])
+            tt.queue, due_ms, escalate_ms, len(parent_ids), *parent_ids])
         code, found_id = reply[0], reply[1]
         if code == Code.IDEMPOTENCY_CONFLICT:
             raise IdempotencyConflict(idempotency_key, found_id)
@@ -151,7 +157,12 @@ class Engine(LeaseCalls):
         now = int(reply[2]) / 1000
         task = Task(id=task_id, type=tt.name, queue=tt.queue, owner=owner, status=State.PENDING,
                     max_attempts=tt.max_attempts, args=json.loads(args_json), created_at=now, updated_at=now,
-                    version=1, priority=priority, idempotency_key=idempotency_key or "")
+                    version=1, priority=priority, idempotency_key=idempotency_key or "", parents=parent_ids)
+        if reply[3] == "resolve":  # a parent had already failed: cancelled now, not in a minute
+            deps.resolve(self, task_id)
+            return self._require(task_id)
+        if reply[3] == "waiting":
+            return task
         if delay_ms == 0 and self.dispatcher.active:
             if self.dispatch_known(task_id, tt, priority):
                 task.status, task.version = State.QUEUED, 2
@@ -243,9 +254,17 @@ class Engine(LeaseCalls):
         reply = self.scripts.manage("edit", [*old_keys, *self.keys.task(new_id), owner_index], task_id,
                                     by, "1" if admin else "0", new_id, args_json)
         new_id = reply[1]
-        if self.dispatcher.active:
+        if reply[0] == Code.OK and len(reply) > 3 and reply[3] == "resolve":
+            deps.resolve(self, new_id)  # it waits on the old task's parents: register with them
+        elif reply[0] == Code.OK and self.dispatcher.active:
             self.dispatch(new_id)
         return self._require(new_id)
+
+    def resolve(self, task_id: str) -> str | None:
+        """Look at a waiting task's parents now (the engine and sweeper do this for you):
+        'ready' (dispatched), 'cancelled', or None while a parent is still running."""
+        self._keys(task_id)
+        return deps.resolve(self, task_id)
 
     def retry(self, task_id: str, *, by: str, admin: bool = False) -> None:
         """Reopen a FAILED or TIMEOUT task (attempts start again); audited in its history."""

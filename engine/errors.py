@@ -21,6 +21,7 @@ class Code(enum.IntEnum):
     WRONG_DISPATCH = -6  # a delivery of a dispatch that is no longer current
     UNKNOWN_TYPE = -7  # the worker does not run this task type
     BREAKER_OPEN = -8  # the upstream's circuit breaker is open: park the task
+    UNKNOWN_PARENT = -9  # submit: a task it depends on does not exist
 
 
 class GhostlessError(Exception):
@@ -66,6 +67,12 @@ class WrongDispatch(GhostlessError):
     def __init__(self, task_id: str, dispatch_id: str):
         self.task_id, self.dispatch_id = task_id, dispatch_id
         super().__init__(f"dispatch {dispatch_id!r} of task {task_id!r} is not current")
+
+
+class UnknownParent(GhostlessError, ValueError):
+    def __init__(self, task_id: str):
+        self.task_id = task_id
+        super().__init__(f"depends_on names task {task_id!r}, which does not exist")
 
 
 class BreakerOpen(GhostlessError):

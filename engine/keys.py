@@ -53,6 +53,8 @@ class TaskKeys(NamedTuple):
     index: str  # zset: every task of the queue, scored by creation time
     ready: str  # zset: QUEUED tasks in the order workers take them (priority, then dispatch order)
     watch: str  # zset: unfinished tasks with a due time, scored by when to record overdue/escalated
+    children: str  # set: ids of the tasks waiting on this one (submit's depends_on)
+    waiting: str  # zset: PENDING tasks waiting on parents, scored by when to look at their parents
 
 
 class Keys:
@@ -91,6 +93,8 @@ class Keys:
             index=f"{q}:index",
             ready=f"{q}:ready",
             watch=f"{q}:watch",
+            children=f"{t}:children",
+            waiting=f"{q}:waiting",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from . import priority
 from .config import Config
 from .errors import (
-    Code, IdempotencyConflict, IllegalTransition, LeaseLost, TaskCancelled, TaskNotFound, UnknownTaskType,
+    Code, IdempotencyConflict, IllegalTransition, LeaseLost, TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType,
     WrongDispatch,
 )
 from .keys import TaskKeys
@@ -23,7 +23,7 @@ from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
 LIBS = ("time", "task", "record", "lease", "backoff", "breaker")  # order matters: later ones use earlier ones
 SCRIPTS = ("submit", "dispatch", "claim", "heartbeat", "stage", "progress", "checkpoint", "complete",
-           "fail", "release", "expire", "promote", "park", "cancel", "edit", "retry", "purge", "overdue", "due")
+           "fail", "release", "expire", "promote", "park", "resolve", "cancel", "edit", "retry", "purge", "overdue", "due")
 
 
 def _lua_set(items) -> str:
@@ -74,19 +74,32 @@ def _dec(v):
 class Scripts:
     """Typed wrappers. Refusals become the exceptions of ``engine.errors``."""
 
-    def __init__(self, redis, config: Config):
+    def __init__(self, redis, config: Config, on_resolve=None):
         self.redis = redis
+        #: called with a queue's waiting-set key when a script ended a task others wait on
+        self.on_resolve = on_resolve
         self._cfg = config.script_argv()
         self._scripts = {name: redis.register_script(source(name)) for name in SCRIPTS}
 
     def call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None) -> list:
         """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``."""
         reply = self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=client)
-        return reply if client is not None else parse(reply)
+        if client is not None:
+            return reply
+        reply = parse(reply)
+        if reply and reply[-1] == RESOLVE_MARK:
+            reply.pop()
+            if self.on_resolve:
+                self.on_resolve(keys[WAITING])
+        return reply
 
     # -- client calls -----------------------------------------------------------------------------
-    def submit(self, keys: TaskKeys, owner_index: str, idem_key: str | None, argv: Sequence[Any]) -> list:
-        return self.call("submit", [*keys, owner_index, *([idem_key] if idem_key else [])], argv)
+    def submit(self, keys: TaskKeys, owner_index: str, parent_keys: Sequence[str], idem_key: str | None,
+               argv: Sequence[Any]) -> list:
+        reply = self.call("submit", [*keys, owner_index, *parent_keys, *([idem_key] if idem_key else [])], argv)
+        if reply[0] == Code.UNKNOWN_PARENT:
+            raise UnknownParent(reply[1])
+        return reply
 
     def dispatch(self, keys: TaskKeys, task_id: str, dispatch_id: str, requeue_ms: int) -> list:
         return refuse(self.call("dispatch", keys, [dispatch_id, requeue_ms]), "dispatch", task_id)
@@ -118,7 +131,12 @@ class Scripts:
         return reply[2:-1], int(reply[-1])
 
 
+RESOLVE_MARK = "!resolve"  # lua/lib/record.lua: finish()
+WAITING = TaskKeys._fields.index("waiting")
+
+
 def parse(reply) -> list:
+    """A script's reply, decoded, with its code as a Code (a trailing RESOLVE_MARK is kept)."""
     reply = _dec(reply)
     reply[0] = Code(reply[0])
     return reply

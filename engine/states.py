@@ -87,6 +87,8 @@ TRANSITIONS: dict[str, Transition] = {
         _t("promote", [_W], [_P], "sweeper"),
         # The upstream's circuit breaker is open: wait without consuming an attempt, or fail fast.
         _t("park", [_P, _Q], [_W, _F], "worker"),
+        # A task waiting on parents: ready when all succeeded, cancelled when one did not.
+        _t("resolve", [_P], [_P, _C], "engine"),
         _t("cancel", NON_TERMINAL, [_C], "owner / admin"),
         # The old task is cancelled; its replacement is a new task in PENDING.
         _t("edit", NON_TERMINAL, [_C, _P], "owner / admin",

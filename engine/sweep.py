@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass, field
 
 from .errors import Code, GhostlessError
+from . import dependencies as deps
 from .scripts import parse
 from .states import State
 
@@ -23,6 +24,7 @@ class SweepReport:
     dispatched: int = 0  # PENDING/QUEUED handed to the executor again
     refreshed: int = 0  # QUEUED whose executor job still exists: checked again later
     purged: int = 0  # terminal tasks past retention, deleted
+    resolved: int = 0  # tasks waiting on parents that became ready or were cancelled
     overdue: int = 0  # unfinished past their due time: event recorded
     escalated: int = 0  # unfinished past their escalation time: event recorded
     next_in: float | None = None  # seconds until the earliest deadline of any queue
@@ -30,16 +32,16 @@ class SweepReport:
 
     def progress(self) -> int:
         return (self.expired + self.promoted + self.dispatched + self.refreshed + self.purged + self.overdue
-                + self.escalated)
+                + self.escalated + self.resolved)
 
     @property
     def acted(self) -> bool:
         return bool(self.expired or self.promoted or self.dispatched or self.purged or self.overdue
-                    or self.escalated)
+                    or self.escalated or self.resolved)
 
     def summary(self) -> str:
-        parts = [f"{n}={getattr(self, n)}" for n in ("expired", "timed_out", "promoted", "dispatched", "purged", "overdue",
-                                                      "escalated")
+        parts = [f"{n}={getattr(self, n)}" for n in ("expired", "timed_out", "promoted", "dispatched", "purged", "resolved",
+                                                      "overdue", "escalated")
                  if getattr(self, n)]
         if self.reasons:
             parts.append("reasons=" + ",".join(f"{k}:{v}" for k, v in sorted(self.reasons.items())))
@@ -76,7 +78,7 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     # A draining queue hands nothing to workers: its dispatch set waits until it is resumed.
     dispatching = engine.dispatcher.active and not engine.redis.hget(engine.keys.queue_key(queue, "control"),
                                                                          "draining")
-    names = ["leases", "retries", "expiry", "watch"] + (["dispatch"] if dispatching else [])
+    names = ["leases", "retries", "expiry", "watch", "waiting"] + (["dispatch"] if dispatching else [])
     lists, next_ms = engine.scripts.due([engine.keys.queue_key(queue, n) for n in names], batch)
     due = dict(zip(names, lists))
     lease_ids, retry_ids, expiry_ids = due["leases"], due["retries"], due["expiry"]
@@ -101,6 +103,7 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     report.promoted += len(promoted)
 
     report.purged += _purge(engine, queue, expiry_ids)
+    report.resolved += sum(1 for tid in due["waiting"] if deps.resolve(engine, tid))
     for r in _run(engine, "overdue", due["watch"], lambda tid: [tid]):
         if r[0] == Code.OK:
             setattr(report, r[1], getattr(report, r[1]) + 1)

@@ -4,6 +4,7 @@
 -- To: CANCELLED
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: who asks; ARGV[6]: '1' if admin; ARGV[7]: reason
+-- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)
 -- Returns: {OK, version} | {REPLAYED, version} when already cancelled | {NOT_FOUND} (also for a
 --   task of another owner) | {ILLEGAL_TRANSITION, state}
 local by, admin = ARGV[5], ARGV[6]
@@ -14,6 +15,7 @@ if not LEGAL.cancel[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()
 change(K, t, 'cancel', 'CANCELLED', now, 0,
-  {finished_at = now, reason = ARGV[7], error_kind = 'cancelled', cancelled_by = by, next_retry_at = ''},
+  {finished_at = now, reason = ARGV[7], error_kind = 'cancelled', cancelled_by = by, next_retry_at = '',
+   waiting_on = ''},
   {by = by, reason = ARGV[7]})
-return {C.OK, t.version}
+return finish({C.OK, t.version})

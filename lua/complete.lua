@@ -4,6 +4,7 @@
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: result JSON; ARGV[7]: worker name;
 --   ARGV[8]: the type's circuit breaker settings (lib/breaker; '' = none); KEYS[T+1]: its hash
+-- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)
 -- Returns: {OK, state, version} | {REPLAYED, state, version} for a repeat with the same token |
 --   {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}
 local t = load_task(K.task)
@@ -19,4 +20,4 @@ change(K, t, 'complete', 'SUCCESS', now, 0,
   {finished_at = now, progress = 1, ended_token = token, ended_by = 'complete', error_kind = '',
    reason = ''},
   {worker = ARGV[7]})
-return {C.OK, t.status, t.version}
+return finish({C.OK, t.status, t.version})

@@ -6,7 +6,8 @@
 --   KEYS[T+1..2T]: the new task's keys; KEYS[2T+1]: the owner's task index
 -- ARGV[1..4]: engine config; ARGV[5]: who asks; ARGV[6]: '1' if admin; ARGV[7]: new task id;
 --   ARGV[8]: new args JSON
--- Returns: {OK, new id, now} | {REPLAYED, new id} when this edit already happened | {NOT_FOUND}
+-- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)
+-- Returns: {OK, new id, now, 'resolve' when the new task waits on parents, else ''} | {REPLAYED, new id} when this edit already happened | {NOT_FOUND}
 --   (also for a task of another owner) | {ILLEGAL_TRANSITION, state}
 local by, admin, new_id = ARGV[5], ARGV[6], ARGV[7]
 local N = taskkeys(T)
@@ -16,12 +17,16 @@ if t.superseded_by == new_id then return {C.REPLAYED, new_id} end
 if not LEGAL.edit[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()
+-- The replacement waits on the same parents; the engine resolves it at once (which registers it
+-- with them).
+local waiting = t.waiting_on == '1' and '1' or nil
 change(K, t, 'edit', 'CANCELLED', now, 0,
   {finished_at = now, reason = 'superseded by ' .. new_id, error_kind = 'cancelled',
-   cancelled_by = by, superseded_by = new_id, next_retry_at = ''},
+   cancelled_by = by, superseded_by = new_id, next_retry_at = '', waiting_on = ''},
   {by = by, reason = 'superseded by ' .. new_id})
 create(N, KEYS[2 * T + 1], {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
   max_attempts = t.max_attempts, lease_ms = t.lease_ms, timeout_ms = t.timeout_ms,
-  priority = t.priority, backoff = t.backoff, due_at = t.due_at, escalate_at = t.escalate_at},
-  ARGV[8], now, 0, {by = by, reason = 'edit of ' .. t.id})
-return {C.OK, new_id, now}
+  priority = t.priority, backoff = t.backoff, due_at = t.due_at, escalate_at = t.escalate_at,
+  parents = t.parents, waiting_on = waiting},
+  ARGV[8], now, 0, {by = by, reason = 'edit of ' .. t.id}, waiting and now or nil)
+return finish({C.OK, new_id, now, waiting and 'resolve' or ''})

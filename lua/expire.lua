@@ -5,6 +5,7 @@
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: random number in [0, 1) for backoff jitter;
 --   ARGV[6]: the admin reclaiming it now, whatever its deadlines ('' = the sweeper)
+-- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)
 -- Returns: {OK, state, reason} | {NOT_DUE} when the deadline has not passed or the task left
 --   PROCESSING meanwhile (compare-and-set lost; several sweepers may race) | {NOT_FOUND}
 local t = load_task(K.task)
@@ -34,4 +35,4 @@ if t.attempt < t.max_attempts then
   change(K, t, 'expire', 'RETRY_WAITING', now, at, {next_retry_at = at, finished_at = ''},
     {reason = reason})
 end
-return {C.OK, t.status, reason}
+return finish({C.OK, t.status, reason})

@@ -7,6 +7,7 @@
 --   ARGV[10]: worker name; ARGV[11]: retry delay ms overriding the backoff policy ('' = policy;
 --   0 when the worker, not the task, failed); ARGV[12]: circuit breaker settings when this failure
 --   counts against the upstream (lib/breaker; '' = it does not); KEYS[T+1]: the breaker's hash
+-- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)
 -- Returns: {OK, state, version} | {REPLAYED, state, version} for a repeat with the same token |
 --   {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}
 local t = load_task(K.task)
@@ -29,4 +30,4 @@ else
   fields.finished_at = now
   change(K, t, 'fail', 'FAILED', now, 0, fields, ev)
 end
-return {C.OK, t.status, t.version}
+return finish({C.OK, t.status, t.version})

@@ -5,6 +5,7 @@
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: ms to wait (when to try again); ARGV[6]: '1' to fail fast;
 --   ARGV[7]: upstream name; ARGV[8]: park id (unique per call)
+-- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)
 -- Returns: {OK, state} | {REPLAYED, state} for a resent call | {NOT_FOUND} |
 --   {ILLEGAL_TRANSITION, state}
 local t = load_task(K.task)
@@ -24,4 +25,4 @@ else
     {next_retry_at = at, error_kind = 'upstream_open', reason = reason, dispatch_id = '',
      park_id = ARGV[8]}, {reason = reason})
 end
-return {C.OK, t.status}
+return finish({C.OK, t.status})

@@ -1,6 +1,17 @@
 --- Recording: events on the queue stream and the task's own history, and
 --- state changes with their counters, time in state and deadline sets.
 
+-- Set when a task that others wait on ended: the reply then ends with '!resolve', and the
+-- engine resolves the waiting tasks at once (lib: finish).
+local RESOLVE_DUE = false
+local RECHECK_MS = 60000  -- a waiting task looks at its parents at least this often (safety net)
+
+-- The reply of a script that may end a task.
+local function finish(reply)
+  if RESOLVE_DUE then reply[#reply + 1] = '!resolve' end
+  return reply
+end
+
 -- Appends an event to the queue stream (always) and to the task history (when `hist`).
 -- `ev` holds the event's own fields; empty values are left out to keep entries small.
 local function emit(K, t, kind, now, ev, hist)
@@ -29,6 +40,9 @@ local function place(K, t, from, to, score, now)
   local id = t.id
   local old = from and DEADLINE_SET[from]
   local new = DEADLINE_SET[to]
+  -- A PENDING task waiting on parents sits in the waiting set instead of the dispatch set.
+  if from == 'PENDING' then redis.call('ZREM', K.waiting, id) end
+  if to == 'PENDING' and t.waiting_on == '1' then new = 'waiting' end
   -- The line workers take QUEUED tasks in: priority first (higher first), then dispatch order.
   if from == 'QUEUED' then redis.call('ZREM', K.ready, id) end
   if to == 'QUEUED' then
@@ -42,6 +56,13 @@ local function place(K, t, from, to, score, now)
   elseif TERMINAL[to] then
     redis.call('ZADD', K.expiry, now + CFG.retention_ms, id)
     redis.call('ZREM', K.watch, id)  -- ended in time or not: nothing more to escalate
+    -- Tasks still waiting on this one are due for a look at their parents now.
+    for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do
+      if redis.call('ZSCORE', K.waiting, kid) then
+        redis.call('ZADD', K.waiting, now, kid)
+        RESOLVE_DUE = true
+      end
+    end
   end
 end
 
@@ -88,8 +109,9 @@ local function touch(K, t, now, fields, kind, ev, hist)
 end
 
 -- Creates a task hash in PENDING, listed in its queue's index and its owner's. `f` holds the
--- type's settings; the caller has already checked that the id is free.
-local function create(K, owner_index, f, args_json, now, delay_ms, ev)
+-- type's settings; the caller has already checked that the id is free. A task with
+-- `f.waiting_on == '1'` goes to the waiting set at `due`, others to the dispatch set.
+local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
   local t = {}
   f.attempt = 0
   f.token = 0
@@ -99,9 +121,11 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev)
   redis.call('ZADD', K.index, now, f.id)
   redis.call('ZADD', owner_index, now, f.id)
   if tonumber(f.due_at or 0) > 0 then redis.call('ZADD', K.watch, f.due_at, f.id) end
-  t.id, t.owner, t.type = f.id, f.owner, f.type
-  local due = now + delay_ms
-  if delay_ms == 0 then due = now + CFG.dispatch_grace_ms end
+  t.id, t.owner, t.type, t.waiting_on = f.id, f.owner, f.type, f.waiting_on
+  if not due then
+    due = now + delay_ms
+    if delay_ms == 0 then due = now + CFG.dispatch_grace_ms end
+  end
   change(K, t, 'submit', 'PENDING', now, due, f, ev)
   return t
 end

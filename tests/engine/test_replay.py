@@ -133,6 +133,15 @@ def case_overdue(engine):
     return Case(engine, engine.sweep, again=Code.NOT_DUE)
 
 
+def case_resolve(engine):
+    parent = engine.submit("render", {}, owner="alice")
+    child = engine.submit("render", {}, owner="alice", depends_on=[parent.id])
+    hook, engine.scripts.on_resolve = engine.scripts.on_resolve, None  # leave the child waiting
+    engine.complete(engine.claim(parent.id, "w1"), {})
+    engine.scripts.on_resolve = hook
+    return Case(engine, lambda: engine.resolve(child.id), again=Code.NOT_DUE)
+
+
 def case_cancel(engine):
     task = engine.submit("render", {}, owner="alice")
     return Case(engine, lambda: engine.cancel(task.id, by="alice", reason="stop"))

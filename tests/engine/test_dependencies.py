@@ -1,0 +1,103 @@
+"""depends_on: a child waits until every parent is SUCCESS; a parent that ends otherwise cancels it."""
+import pytest
+
+from engine import State, UnknownTaskType
+from engine.errors import UnknownParent
+from tests.support.fakes import FakeDispatcher
+from tests.support.snapshots import sibling
+
+
+def finish(engine, task_id, ok=True):
+    lease = engine.claim(task_id, "w1")
+    engine.complete(lease, {}) if ok else engine.fail(lease, "bad_prompt", "no", retryable=False)
+
+
+def test_a_child_waits_until_its_last_parent_succeeds_then_is_dispatched_at_once(engine):
+    executor = FakeDispatcher()
+    e = sibling(engine, dispatcher=executor)
+    a, b = (e.submit("render", {"i": i}, owner="alice") for i in range(2))
+    child = e.submit("render", {}, owner="alice", depends_on=[a.id, b.id])
+    got = e.get(child.id)
+    assert (got.status, got.waiting, got.parents) == (State.PENDING, True, [a.id, b.id])
+    assert executor.dispatches(child.id) == [] and e.check() == []
+    finish(e, a.id)
+    assert e.get(child.id).waiting
+    finish(e, b.id)  # the last parent: the child is resolved and dispatched in the same call
+    got = e.get(child.id)
+    assert (got.status, got.waiting) == (State.QUEUED, False) and len(executor.dispatches(child.id)) == 1
+    assert [ev.reason for ev in e.history(child.id) if ev.verb == "resolve"] == ["dependencies met"]
+    assert e.check() == []
+
+
+@pytest.mark.parametrize("ending", ["fail", "cancel", "edit"])
+def test_a_parent_that_does_not_succeed_cancels_the_child_naming_it(engine, ending):
+    parent = engine.submit("render", {}, owner="alice")
+    child = engine.submit("render", {}, owner="alice", depends_on=[parent.id])
+    if ending == "fail":
+        finish(engine, parent.id, ok=False)
+    elif ending == "cancel":
+        engine.cancel(parent.id, by="alice")
+    else:
+        engine.edit(parent.id, {"prompt": "other"}, by="alice")
+    got = engine.get(child.id)
+    assert (got.status, got.reason) == (State.CANCELLED, f"dependency_failed:{parent.id}")
+    assert engine.check() == []
+
+
+def test_cancellation_cascades_to_grandchildren(engine):
+    a = engine.submit("render", {}, owner="alice")
+    b = engine.submit("render", {}, owner="alice", depends_on=[a.id])
+    c = engine.submit("render", {}, owner="alice", depends_on=[b.id])
+    engine.cancel(a.id, by="alice")
+    assert engine.get(c.id).reason == f"dependency_failed:{b.id}"
+
+
+def test_depending_on_tasks_already_done_starts_at_once_or_is_cancelled_at_once(engine):
+    ok, bad = (engine.submit("render", {"i": i}, owner="alice") for i in range(2))
+    finish(engine, ok.id)
+    finish(engine, bad.id, ok=False)
+    ready = engine.submit("render", {}, owner="alice", depends_on=[ok.id])
+    assert not engine.get(ready.id).waiting
+    doomed = engine.submit("render", {}, owner="alice", depends_on=[ok.id, bad.id])
+    assert engine.get(doomed.id).reason == f"dependency_failed:{bad.id}"
+    assert engine.check() == []
+
+
+def test_an_edited_child_keeps_waiting_on_the_same_parents(engine):
+    parent = engine.submit("render", {}, owner="alice")
+    child = engine.submit("render", {"v": 1}, owner="alice", depends_on=[parent.id])
+    new = engine.edit(child.id, {"v": 2}, by="alice")
+    assert new.waiting and new.parents == [parent.id]
+    finish(engine, parent.id)
+    assert not engine.get(new.id).waiting and engine.get(new.id).status == State.PENDING
+    assert engine.check() == []
+
+
+def test_the_sweeper_resolves_a_child_whose_resolution_was_missed(engine):
+    parent = engine.submit("render", {}, owner="alice")
+    child = engine.submit("render", {}, owner="alice", depends_on=[parent.id])
+    engine.scripts.on_resolve = None  # as if the completing process died right after complete
+    finish(engine, parent.id)
+    assert engine.get(child.id).waiting
+    assert engine.sweep().resolved == 1
+    assert not engine.get(child.id).waiting
+
+
+def test_unknown_parents_and_other_queues_are_rejected_at_submit(engine):
+    with pytest.raises(UnknownParent):
+        engine.submit("render", {}, owner="alice", depends_on=["images.0123456789abcdef0123"])
+    other = engine.submit("brief", {}, owner="alice")  # queue "other"
+    with pytest.raises(ValueError, match="same|child's queue"):
+        engine.submit("render", {}, owner="alice", depends_on=[other.id])
+    with pytest.raises(ValueError):
+        engine.submit("render", {}, owner="alice", depends_on="images.0123456789abcdef0123")
+    assert engine.stats()["images"]["counts"]["PENDING"] == 0
+
+
+def test_a_cycle_cannot_be_built(engine):
+    # A parent must exist before its child, and a task's parents never change: no cycle can form.
+    a = engine.submit("render", {}, owner="alice")
+    b = engine.submit("render", {}, owner="alice", depends_on=[a.id])
+    assert engine.get(a.id).parents == [] and engine.get(b.id).parents == [a.id]
+    with pytest.raises((UnknownParent, UnknownTaskType, ValueError)):
+        engine.submit("render", {}, owner="alice", depends_on=["images.ffffffffffffffffffff"])
