@@ -16,6 +16,7 @@ import redis as redis_lib
 
 from . import check as check_mod
 from . import dependencies as deps
+from . import notify
 from . import listing
 from . import priority as priority_mod
 from . import periodic as periodic_mod
@@ -61,6 +62,7 @@ class Engine(LeaseCalls):
         self.dispatcher = dispatcher or NullDispatcher()
         self.scripts = Scripts(redis, self.config, on_resolve=lambda key: deps.resolve_due(self, key))
         self._known_queues: set[str] = set()
+        self._webhook_cache = None
         self.users = Users(redis, self.keys)
         if check:
             check_server(redis, strict=strict)
@@ -107,7 +109,8 @@ class Engine(LeaseCalls):
     # -- client calls -----------------------------------------------------------------------------
     def submit(self, type: str, args: dict | None = None, *, owner: str, idempotency_key: str | None = None,
                priority: int = 0, delay: float = 0, due_in: float | None = None,
-               escalate_in: float | None = None, depends_on: list[str] | None = None) -> Task:
+               escalate_in: float | None = None, depends_on: list[str] | None = None,
+               notify_url: str | None = None) -> Task:
         """Create a task in PENDING (or return the one its idempotency key names).
 
         Args:
@@ -118,6 +121,8 @@ class Engine(LeaseCalls):
                 sweeper records an ``overdue`` (then ``escalated``) event once if it has not.
             depends_on: ids of tasks (in the same queue) that must all end in SUCCESS first
                 (engine/dependencies.py).
+            notify_url: webhook for this task's notifications (else its owner's default, if any;
+                engine/notify.py; needs enable_notifications).
 
         Returns: the new Task, or the existing one for a replayed idempotency key.
 
@@ -138,6 +143,10 @@ class Engine(LeaseCalls):
         if escalate_ms and escalate_ms <= due_ms:
             raise ValueError("escalate_in must be later than due_in")
         parent_ids, parent_keys = deps.parent_keys(self, tt.queue, depends_on)
+        if notify_url is not None and notify.TYPE not in self.registry:
+            raise ValueError("notify_url needs engine.enable_notifications(secret) in the app")
+        notify_url = notify.check_url(notify_url) if notify_url is not None else (
+            notify.owner_webhook(self, owner) if notify.TYPE in self.registry and tt.name != notify.TYPE else None)
         task_id = new_task_id(tt.queue)
         self._remember_queue(tt.queue)
         digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
@@ -146,7 +155,7 @@ class Engine(LeaseCalls):
                                     idem, [
             task_id, tt.name, owner, args_json, digest, tt.max_attempts, ms(tt.lease), ms(tt.timeout),
             priority, delay_ms, tt.backoff.spec(), ms(self.config.idempotency_ttl), idempotency_key or "",
-            tt.queue, due_ms, escalate_ms, len(parent_ids), *parent_ids])
+            tt.queue, due_ms, escalate_ms, notify_url or "", len(parent_ids), *parent_ids])
         code, found_id = reply[0], reply[1]
         if code == Code.IDEMPOTENCY_CONFLICT:
             raise IdempotencyConflict(idempotency_key, found_id)
@@ -259,6 +268,26 @@ class Engine(LeaseCalls):
         elif reply[0] == Code.OK and self.dispatcher.active:
             self.dispatch(new_id)
         return self._require(new_id)
+
+    def enable_notifications(self, secret: str, **options) -> None:
+        """Register webhook delivery (engine/notify.py): ``secret`` signs every request."""
+        notify.enable(self, secret, **options)
+
+    def set_webhook(self, owner: str, url: str | None) -> None:
+        """Set (or with None, remove) an owner's default webhook for their new tasks."""
+        owner = _text("owner", owner)
+        if url is None:
+            self.redis.hdel(self.keys.webhooks(), owner)
+        else:
+            self.redis.hset(self.keys.webhooks(), owner, notify.check_url(url))
+        self._webhook_cache = None
+
+    def notifications(self, task_id: str) -> list[Task]:
+        """The delivery tasks made for a task's notifications, oldest first (their history is the
+        delivery history)."""
+        ids = [i.decode() if isinstance(i, bytes) else i
+               for i in self.redis.lrange(self._keys(task_id).notifications, 0, -1)]
+        return [t for t in self.get_many(ids) if t is not None]
 
     def resolve(self, task_id: str) -> str | None:
         """Look at a waiting task's parents now (the engine and sweeper do this for you):

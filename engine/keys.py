@@ -55,6 +55,8 @@ class TaskKeys(NamedTuple):
     watch: str  # zset: unfinished tasks with a due time, scored by when to record overdue/escalated
     children: str  # set: ids of the tasks waiting on this one (submit's depends_on)
     waiting: str  # zset: PENDING tasks waiting on parents, scored by when to look at their parents
+    outbox: str  # list: webhook notifications to hand to the notifier (JSON entries)
+    notifications: str  # list: ids of the notification tasks made for this task
 
 
 class Keys:
@@ -95,6 +97,8 @@ class Keys:
             watch=f"{q}:watch",
             children=f"{t}:children",
             waiting=f"{q}:waiting",
+            outbox=f"{q}:outbox",
+            notifications=f"{t}:notifications",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:
@@ -110,6 +114,10 @@ class Keys:
     def breaker(self, queue: str, upstream: str) -> str:
         """Hash: one upstream's circuit breaker state and outcome counts, in one queue."""
         return self.queue_key(queue, f"breaker:{upstream}")
+
+    def webhooks(self) -> str:
+        """Hash: owner -> default webhook URL for their tasks' notifications."""
+        return f"{self.ns}:webhooks"
 
     def users(self) -> str:
         """Hash: user name -> JSON record (admin flag, creation time, token digests)."""

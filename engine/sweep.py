@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .errors import Code, GhostlessError
 from . import dependencies as deps
+from . import notify
 from .scripts import parse
 from .states import State
 
@@ -25,6 +26,7 @@ class SweepReport:
     refreshed: int = 0  # QUEUED whose executor job still exists: checked again later
     purged: int = 0  # terminal tasks past retention, deleted
     resolved: int = 0  # tasks waiting on parents that became ready or were cancelled
+    notified: int = 0  # webhook notifications handed to delivery tasks
     overdue: int = 0  # unfinished past their due time: event recorded
     escalated: int = 0  # unfinished past their escalation time: event recorded
     next_in: float | None = None  # seconds until the earliest deadline of any queue
@@ -32,16 +34,16 @@ class SweepReport:
 
     def progress(self) -> int:
         return (self.expired + self.promoted + self.dispatched + self.refreshed + self.purged + self.overdue
-                + self.escalated + self.resolved)
+                + self.escalated + self.resolved + self.notified)
 
     @property
     def acted(self) -> bool:
         return bool(self.expired or self.promoted or self.dispatched or self.purged or self.overdue
-                    or self.escalated or self.resolved)
+                    or self.escalated or self.resolved or self.notified)
 
     def summary(self) -> str:
         parts = [f"{n}={getattr(self, n)}" for n in ("expired", "timed_out", "promoted", "dispatched", "purged", "resolved",
-                                                      "overdue", "escalated")
+                                                      "overdue", "escalated", "notified")
                  if getattr(self, n)]
         if self.reasons:
             parts.append("reasons=" + ",".join(f"{k}:{v}" for k, v in sorted(self.reasons.items())))
@@ -96,7 +98,8 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
             if r[1] == State.RETRY_WAITING.value:
                 waiting.append(tid)
     # A lost heartbeat retries at once: promote those in this same tick (NOT_DUE for the others).
-    retry_ids = waiting + [t for t in retry_ids if t not in set(waiting)]
+    seen = set(waiting)
+    retry_ids = waiting + [t for t in retry_ids if t not in seen]
 
     promoted = [tid for tid, r in zip(retry_ids, _run(engine, "promote", retry_ids, lambda _: []))
                 if r[0] == Code.OK]
@@ -107,9 +110,11 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     for r in _run(engine, "overdue", due["watch"], lambda tid: [tid]):
         if r[0] == Code.OK:
             setattr(report, r[1], getattr(report, r[1]) + 1)
+    report.notified += notify.hand_off(engine, queue)  # last: this tick's events are in the outbox
 
     if dispatching:
-        _redispatch(engine, promoted + [t for t in dispatch_ids if t not in set(promoted)], report)
+        seen = set(promoted)
+        _redispatch(engine, promoted + [t for t in dispatch_ids if t not in seen], report)
     return any(len(ids) >= batch for ids in lists)
 
 

@@ -27,6 +27,6 @@ change(K, t, 'edit', 'CANCELLED', now, 0,
 create(N, KEYS[2 * T + 1], {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
   max_attempts = t.max_attempts, lease_ms = t.lease_ms, timeout_ms = t.timeout_ms,
   priority = t.priority, backoff = t.backoff, due_at = t.due_at, escalate_at = t.escalate_at,
-  parents = t.parents, waiting_on = waiting},
+  parents = t.parents, waiting_on = waiting, notify_url = t.notify_url},
   ARGV[8], now, 0, {by = by, reason = 'edit of ' .. t.id}, waiting and now or nil)
 return finish({C.OK, new_id, now, waiting and 'resolve' or ''})

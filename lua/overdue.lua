@@ -30,4 +30,5 @@ if next_at then redis.call('ZADD', K.watch, next_at, t.id) else redis.call('ZREM
 local fields = {}
 fields[kind .. '_at'] = now
 touch(K, t, now, fields, kind, {reason = kind .. ' while ' .. t.status, attempt = t.attempt, stage = t.stage}, true)
+notify(K, t, kind, now, kind .. ' while ' .. t.status)
 return {C.OK, kind}

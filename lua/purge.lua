@@ -17,5 +17,5 @@ redis.call('HINCRBY', K.counts, t.status, -1)
 redis.call('ZREM', K.expiry, t.id)
 redis.call('ZREM', K.index, t.id)
 if KEYS[T + 1] then redis.call('ZREM', KEYS[T + 1], t.id) end
-redis.call('DEL', K.task, K.args, K.result, K.history, K.checkpoints, K.children)
+redis.call('DEL', K.task, K.args, K.result, K.history, K.checkpoints, K.children, K.notifications)
 return {C.OK}

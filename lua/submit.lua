@@ -3,20 +3,21 @@
 -- To: PENDING
 -- KEYS[1..T]: the new task's keys (T = the fields of engine/keys.py TaskKeys);
 --   KEYS[T+1]: the owner's task index; KEYS[T+2..T+1+2n]: each parent's hash and children set
---   (n = ARGV[21]); KEYS[T+2+2n]: idempotency key (optional)
+--   (n = ARGV[22]); KEYS[T+2+2n]: idempotency key (optional)
 -- ARGV[1..4]: engine config; ARGV[5]: task id; ARGV[6]: type; ARGV[7]: owner;
 --   ARGV[8]: args JSON; ARGV[9]: digest of type + args; ARGV[10]: max attempts;
 --   ARGV[11]: lease ms; ARGV[12]: attempt timeout ms; ARGV[13]: priority; ARGV[14]: delay ms;
 --   ARGV[15]: backoff spec (lib/backoff); ARGV[16]: idempotency key TTL ms; ARGV[17]: idempotency key as given;
 --   ARGV[18]: queue; ARGV[19]: ms from now the task is due (0 = no due time);
 --   ARGV[20]: ms from now it escalates if still unfinished (0 = never);
---   ARGV[21]: n, the number of parents it waits on; ARGV[22..21+n]: their ids
+--   ARGV[21]: webhook URL for its notifications ('' = none);
+--   ARGV[22]: n, the number of parents it waits on; ARGV[23..22+n]: their ids
 -- Returns: {OK, id, now, waiting} (waiting: '' | 'waiting' | 'resolve' when a parent already ended
 --   otherwise than SUCCESS) | {REPLAYED, id} when the id or the key already exists with the same
 --   arguments | {IDEMPOTENCY_CONFLICT, id} when the key names a task with other arguments |
 --   {UNKNOWN_PARENT, id} when a parent does not exist
 local id, digest = ARGV[5], ARGV[9]
-local n = tonumber(ARGV[21])
+local n = tonumber(ARGV[22])
 local idem = KEYS[T + 2 + 2 * n]
 
 -- A resent submit (lost reply) finds its own task.
@@ -35,7 +36,7 @@ end
 local open, failed = {}, false
 for i = 1, n do
   local status = redis.call('HGET', KEYS[T + 2 * i], 'status')
-  if not status then return {C.UNKNOWN_PARENT, ARGV[21 + i]} end
+  if not status then return {C.UNKNOWN_PARENT, ARGV[22 + i]} end
   if not TERMINAL[status] then open[#open + 1] = KEYS[T + 1 + 2 * i]
   elseif status ~= 'SUCCESS' then failed = true end
 end
@@ -49,7 +50,7 @@ create(K, KEYS[T + 1], {id = id, due_at = due_ms > 0 and now + due_ms or nil,
   escalate_at = escalate_ms > 0 and now + escalate_ms or nil, type = ARGV[6], owner = ARGV[7], queue = ARGV[18],
   max_attempts = ARGV[10], lease_ms = ARGV[11], timeout_ms = ARGV[12], priority = ARGV[13],
   backoff = ARGV[15], idempotency_key = ARGV[17] ~= '' and ARGV[17] or nil, waiting_on = waiting,
-  parents = n > 0 and table.concat(ARGV, ',', 22, 21 + n) or nil},
+  parents = n > 0 and table.concat(ARGV, ',', 23, 22 + n) or nil, notify_url = ARGV[21] ~= '' and ARGV[21] or nil},
   ARGV[8], now, tonumber(ARGV[14]), {by = ARGV[7]}, due)
 for _, children in ipairs(open) do redis.call('SADD', children, id) end
 if idem then

@@ -29,8 +29,17 @@ local function emit(K, t, kind, now, ev, hist)
     for k, v in pairs(ev) do
       if v ~= '' and v ~= nil then h[k] = v end
     end
-    redis.call('RPUSH', K.history, cjson.encode(h))
-    redis.call('LTRIM', K.history, -CFG.history_max, -1)
+    if redis.call('RPUSH', K.history, cjson.encode(h)) > CFG.history_max then
+      redis.call('LTRIM', K.history, -CFG.history_max, -1)
+    end
+  end
+end
+
+-- Queues a webhook notification (engine/notify.py) when the task asked for one.
+local function notify(K, t, event, now, reason)
+  if t.notify_url and t.notify_url ~= '' then
+    redis.call('RPUSH', K.outbox, cjson.encode({task = t.id, owner = t.owner, type = t.type, url = t.notify_url,
+      event = event, status = t.status, reason = reason or t.reason or '', version = t.version, at = now}))
   end
 end
 
@@ -98,6 +107,7 @@ local function change(K, t, verb, to, now, score, fields, ev)
   ev.attempt = ev.attempt or t.attempt
   ev.stage = ev.stage or t.stage
   emit(K, t, 'transition', now, ev, true)
+  if TERMINAL[to] then notify(K, t, 'terminal', now) end
 end
 
 -- A change inside PROCESSING (stage, progress): new version, an event, no state change.

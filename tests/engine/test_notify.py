@@ -1,0 +1,126 @@
+"""Webhook notifications: recorded with the event, handed to delivery tasks, signed, retried."""
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from engine import State
+from engine.notify import TYPE, hand_off
+from engine.runner import execute
+
+SECRET = "s3cret-for-tests-0123456789"
+
+
+@pytest.fixture
+def notifying(engine):
+    engine.enable_notifications(SECRET, backoff=[0.01])
+    return engine
+
+
+@pytest.fixture
+def receiver():
+    """A local webhook receiver answering with the status the test sets."""
+    got, answer = [], {"status": 200}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append((dict(self.headers), body))
+            self.send_response(answer["status"])
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/hook", got, answer
+    server.shutdown()
+    server.server_close()
+
+
+def finish(engine, task_id):
+    engine.complete(engine.claim(task_id, "w1"), {"url": "x"})
+
+
+def test_an_ended_task_gets_one_delivery_task_per_event(notifying):
+    task = notifying.submit("render", {}, owner="alice", notify_url="https://example.invalid/hook")
+    finish(notifying, task.id)
+    assert notifying.sweep().notified == 1
+    [delivery] = notifying.notifications(task.id)
+    assert delivery.type == TYPE and delivery.owner == "alice"
+    event = delivery.args["event"]
+    assert (event["task"], event["event"], event["status"]) == (task.id, "terminal", "SUCCESS")
+    assert notifying.sweep().notified == 0
+    assert notifying.check() == []
+
+
+def test_a_hand_off_repeated_after_a_crash_makes_no_second_delivery(notifying):
+    task = notifying.submit("render", {}, owner="alice", notify_url="https://example.invalid/hook")
+    finish(notifying, task.id)
+    outbox = notifying.keys.queue_key("images", "outbox")
+    entry = notifying.redis.lindex(outbox, 0)
+    assert hand_off(notifying, "images") == 1
+    notifying.redis.rpush(outbox, entry)  # as if LTRIM had not happened
+    assert hand_off(notifying, "images") == 1
+    assert len(notifying.notifications(task.id)) == 1
+
+
+def test_the_owners_default_webhook_applies_to_their_new_tasks(notifying):
+    notifying.set_webhook("alice", "https://example.invalid/alice")
+    task = notifying.submit("render", {}, owner="alice")
+    assert notifying.get(task.id).notify_url == "https://example.invalid/alice"
+    assert notifying.get(notifying.submit("render", {}, owner="bob").id).notify_url == ""
+
+
+def test_overdue_and_escalated_are_notified_too(notifying):
+    from tests.support.wait import wait_for_server_time
+
+    task = notifying.submit("render", {}, owner="alice", notify_url="https://example.invalid/h", due_in=0.01)
+    wait_for_server_time(notifying.redis, notifying.get(task.id).due_at * 1000)
+    notifying.sweep()
+    events = [d.args["event"]["event"] for d in notifying.notifications(task.id)]
+    assert events == ["overdue"]
+
+
+def test_delivery_is_signed_and_a_receiver_error_is_retried(notifying, receiver):
+    url, got, answer = receiver
+    task = notifying.submit("render", {}, owner="alice", notify_url=url)
+    finish(notifying, task.id)
+    notifying.sweep()
+    [delivery] = notifying.notifications(task.id)
+    answer["status"] = 500
+    execute(notifying, notifying.claim(delivery.id, "w1"))
+    assert notifying.get(delivery.id).status == State.RETRY_WAITING
+    headers, body = got[-1]
+    stamp = headers["X-Ghostless-Timestamp"]
+    mac = hmac.new(SECRET.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    assert headers["X-Ghostless-Signature"] == f"sha256={mac}"
+    assert json.loads(body)["task"] == task.id and headers["X-Ghostless-Event"] == "terminal"
+
+
+def test_a_receiver_answering_410_stops_the_deliveries(notifying, receiver):
+    url, got, answer = receiver
+    answer["status"] = 410
+    task = notifying.submit("render", {}, owner="alice", notify_url=url)
+    finish(notifying, task.id)
+    notifying.sweep()
+    [delivery] = notifying.notifications(task.id)
+    execute(notifying, notifying.claim(delivery.id, "w1"))
+    assert (notifying.get(delivery.id).status, notifying.get(delivery.id).error_kind) == (State.FAILED,
+                                                                                          "webhook_gone")
+
+
+@pytest.mark.parametrize("url", ["ftp://x/y", "not a url", "http://", 42])
+def test_bad_webhook_urls_are_value_errors(notifying, url):
+    with pytest.raises(ValueError):
+        notifying.submit("render", {}, owner="alice", notify_url=url)
+
+
+def test_webhooks_need_notifications_enabled(engine):
+    with pytest.raises(ValueError, match="enable_notifications"):
+        engine.submit("render", {}, owner="alice", notify_url="https://example.invalid/h")
