@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench clean
+.PHONY: test demo bench bench-rq chaos clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,6 +20,15 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/sweep.py
+
+# Recovery latency and throughput against plain RQ (real workers; minutes).
+bench-rq: $(STAMP)
+	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/throughput.py
+
+# The chaos soak at full size (tests/chaos/test_soak.py runs 500 tasks in `make test`).
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos.soak --tasks 10000
 
 clean:
 	rm -rf $(VENV) .pytest_cache

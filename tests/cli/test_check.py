@@ -1,0 +1,46 @@
+"""ghostless check: invariants over every task; exit 0 when healthy, 1 when violated."""
+import json
+
+import fakeredis
+
+from engine import check as check_mod
+
+
+def test_check_of_a_healthy_redis_exits_0(engine, cli):
+    engine.submit("render", {"prompt": "a"}, owner="alice")
+    engine.claim(engine.submit("render", {"prompt": "b"}, owner="bob").id, "w1")
+    result = cli("check")
+    assert result.exit_code == 0, result.output
+    assert "healthy: every invariant holds (2 queue(s), 2 task(s) checked" in result.stdout
+    assert "VIOLATION" not in result.stdout
+
+
+def test_check_finds_a_task_missing_from_its_deadline_set_and_exits_1(engine, cli):
+    task = engine.submit("render", {"prompt": "a"}, owner="alice")
+    engine.redis.zrem(engine.keys.task(task.id).dispatch, task.id)  # what a lost write would leave
+    result = cli("check")
+    assert result.exit_code == 1, result.output
+    assert f"VIOLATION {task.id}: PENDING is in no set, expected exactly [dispatch]" in result.stdout
+    assert "1 invariant violation(s)" in result.stdout
+    report = json.loads(cli("check", "--json").stdout)
+    assert report["healthy"] is False and report["tasks"] == 1 and len(report["violations"]) == 1
+
+
+def test_check_reports_what_a_redis_crash_would_lose(engine, cli):
+    report = json.loads(cli("check", "--json").stdout)
+    assert report["healthy"] is True
+    assert len(report["server"]) == 1
+    if not isinstance(engine.redis, fakeredis.FakeRedis):  # the private redis-server: AOF off
+        assert "Redis AOF is off" in report["server"][0]
+        assert "redis: Redis AOF is off" in cli("check").stdout
+    else:
+        assert "persistence not verified" in report["server"][0]
+
+
+def test_check_reports_progress_batch_by_batch(engine, monkeypatch):
+    monkeypatch.setattr(check_mod, "CHUNK", 4)
+    for i in range(10):
+        engine.submit("render", {"prompt": str(i)}, owner="alice")
+    seen = []
+    assert check_mod.check(engine, progress=lambda queue, n: seen.append((queue, n))) == []
+    assert seen == [("images", 4), ("images", 4), ("images", 2)]
