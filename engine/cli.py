@@ -142,3 +142,4 @@ def user_revoke(app_spec, redis_url, name):
 
 
 from . import cli_ops  # noqa: E402,F401  (submit, show, cancel, edit, retry, tail, stats, check, scheduler)
+from . import cli_admin  # noqa: E402,F401  (reclaim, retry-failed, drain, resume)

@@ -121,12 +121,18 @@ def _get(engine, task_id):
 @click.option("--idempotency-key", help="Submitting again with the same key returns the same task.")
 @click.option("--priority", type=int, default=0, show_default=True)
 @click.option("--delay", type=float, default=0, show_default=True, help="Seconds before it may be dispatched.")
-def submit_command(app_spec, redis_url, as_json, type_name, args_json, owner, idempotency_key, priority, delay):
+@click.option("--depends-on", multiple=True, help="A task (same queue) that must succeed first; repeatable.")
+@click.option("--due-in", type=float, help="Seconds by which it should have ended (else: overdue).")
+@click.option("--escalate-in", type=float, help="Seconds after which an unfinished task escalates.")
+@click.option("--notify-url", help="Webhook for its notifications (the app must enable them).")
+def submit_command(app_spec, redis_url, as_json, type_name, args_json, owner, idempotency_key, priority, delay,
+                   depends_on, due_in, escalate_in, notify_url):
     """Submit a task of a registered TYPE."""
     args = _args(args_json)
     engine = _engine(app_spec, redis_url)
     task = engine.submit(type_name, args, owner=owner, idempotency_key=idempotency_key, priority=priority,
-                         delay=delay)
+                         delay=delay, depends_on=list(depends_on) or None, due_in=due_in,
+                         escalate_in=escalate_in, notify_url=notify_url)
     if as_json:
         _dump(task.to_dict())
     else:
