@@ -83,8 +83,10 @@ def main(argv=None) -> int:
         for i in range(2):
             procs.append(subprocess.Popen(cli + ["worker", "--app", APP, "--name", f"demo-worker-{i + 1}",
                                                  "--log-level", "WARNING"], env=env, cwd=ROOT, **quiet))
-        from engine.demo_tasks import engine
+        from engine.demo_tasks import OUTAGE, SPEED, engine
 
+        # The model is down for the first seconds: watch its breaker open, then close again.
+        engine.redis.set(OUTAGE, 1, px=max(1, int(4000 * SPEED)))
         ids = []
         for i in range(args.tasks):
             prompt = PROMPTS[i % len(PROMPTS)]
@@ -133,15 +135,22 @@ def _count(tasks) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def _breaker_openings(engine) -> int:
+    events = engine.redis.xrange(engine.keys.queue_key("images", "events"))
+    return sum(1 for _, f in events if f.get(b"kind") == b"breaker" and f.get(b"state") == b"open")
+
+
 def _summary(engine, tasks) -> int:
     stats = engine.stats().get("images", {})
     history = {t.id: engine.history(t.id) for t in tasks if t}
-    retries = sum(1 for evs in history.values() for e in evs if e.to == "RETRY_WAITING")
+    retries = sum(1 for evs in history.values() for e in evs if e.to == "RETRY_WAITING" and e.verb != "park")
+    parked = sum(1 for evs in history.values() for e in evs if e.verb == "park")
     crashes = sum(1 for evs in history.values() for e in evs if "worker_lost" in e.reason)
     lost = sum(1 for t in tasks if t is None)
     not_done = sum(1 for t in tasks if t and not t.terminal)
     rows = [(s, n) for s, n in _count(tasks).items()] + [
-        ("retries", retries), ("recovered crashes", crashes),
+        ("retries", retries), ("recovered crashes", crashes), ("parked (breaker open)", parked),
+        ("breaker opened", _breaker_openings(engine)),
         ("stale completions refused", stats.get("stale_rejections", 0)), ("lost", lost), ("not terminal", not_done)]
     print("\nsummary")
     for name, n in rows:
