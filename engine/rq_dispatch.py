@@ -48,8 +48,17 @@ class RQDispatcher:
             pass  # a resent enqueue of the same dispatch: the job is there
 
     def job_exists(self, dispatch_id: str) -> bool:
+        """Whether the job will still run. Asked only when a task stayed QUEUED for requeue_after.
+
+        A job whose record says "queued" but that is in no RQ list was popped by a worker whose
+        reply was lost (Redis died mid-BLPOP): it will never run. A "started" job whose task is
+        still QUEUED this long was taken by a worker that died before its claim. Both are lost.
+        """
         try:
-            status = Job.fetch(dispatch_id, connection=self.redis, serializer=JSONSerializer).get_status()
+            job = Job.fetch(dispatch_id, connection=self.redis, serializer=JSONSerializer)
+            status = job.get_status()
         except NoSuchJobError:
             return False
-        return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
+        if status == JobStatus.QUEUED:
+            return self.redis.lpos(Queue(job.origin, connection=self.redis).key, dispatch_id) is not None
+        return status in (JobStatus.SCHEDULED, JobStatus.DEFERRED)

@@ -181,6 +181,11 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
             log.warning("sweeper: Redis unreachable (%s); retrying", e)
             stop.wait(min(interval, 0.1 * 2 ** min(errors, 5)))
             continue
+        except Exception:  # e.g. Redis full (OOM under noeviction): the sweeper must outlive it
+            errors += 1
+            log.exception("sweeper: tick failed; retrying")
+            stop.wait(min(max(interval, 1.0), 0.1 * 2 ** min(errors, 5)))
+            continue
         if report.acted:
             log.info(report.summary())
         wait = interval if report.next_in is None else min(interval, report.next_in)

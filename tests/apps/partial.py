@@ -1,0 +1,21 @@
+"""A worker app that runs only the ``render`` type of tests.apps.basic, on the same queue
+(``--app tests.apps.partial:engine``): jobs of the other types reach it and must be refused
+without running anything."""
+from __future__ import annotations
+
+import os
+
+from engine import Engine
+from tests.apps import basic
+
+_engine: Engine | None = None
+
+
+def __getattr__(name: str):
+    global _engine
+    if name != "engine":
+        raise AttributeError(name)
+    if _engine is None:
+        _engine = basic.register(Engine.from_url(namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl")),
+                                 only=("render",))
+    return _engine
