@@ -19,8 +19,10 @@ def _engine(app_spec, redis_url):
         return load_app(app_spec, redis_url)
     except AppError as e:
         raise click.UsageError(str(e)) from None
-    except redis.ConnectionError as e:
+    except (redis.ConnectionError, redis.TimeoutError) as e:
         raise click.ClickException(f"cannot reach Redis: {e}") from None
+    except redis.RedisError as e:
+        raise click.ClickException(f"Redis refused: {e}") from None
 
 
 def _logging(level: str) -> None:
