@@ -24,10 +24,11 @@ elseif t.stage_deadline > 0 and t.stage_deadline <= now then
   reason = 'stage_timeout:' .. t.stage
 end
 -- PROCESSING -> TIMEOUT is always recorded, so the history says why the attempt ended.
+local retries = t.attempt < t.max_attempts
 change(K, t, 'expire', 'TIMEOUT', now, 0,
-  {error_kind = 'timeout', reason = reason, finished_at = now}, {reason = reason, worker = t.worker})
+  {error_kind = 'timeout', reason = reason, finished_at = now}, {reason = reason, worker = t.worker}, retries)
 redis.call('HINCRBY', K.stats, 'fail:timeout', 1)
-if t.attempt < t.max_attempts then
+if retries then
   -- A lost heartbeat (or an admin's reclaim) means the worker died or hung, not that the task
   -- failed: retry at once.
   local at = now

@@ -45,7 +45,7 @@ end
 
 -- Moves the task between deadline sets: out of the set of state `from`, into
 -- the set of state `to` at `score` (terminal states: the expiry set).
-local function place(K, t, from, to, score, now)
+local function place(K, t, from, to, score, now, passing)
   local id = t.id
   local old = from and DEADLINE_SET[from]
   local new = DEADLINE_SET[to]
@@ -62,6 +62,8 @@ local function place(K, t, from, to, score, now)
   if from and TERMINAL[from] then redis.call('ZREM', K.expiry, id) end
   if new then
     redis.call('ZADD', K[new], score, id)
+  elseif TERMINAL[to] and passing then
+    redis.call('ZADD', K.expiry, now + CFG.retention_ms, id)  -- left again in the same script
   elseif TERMINAL[to] then
     redis.call('ZADD', K.expiry, now + CFG.retention_ms, id)
     redis.call('ZREM', K.watch, id)  -- ended in time or not: nothing more to escalate
@@ -83,9 +85,12 @@ local function close_stage(K, t, now)
   end
 end
 
--- The one way a task changes state. Checks nothing: callers validate first.
+-- The one way a task changes state. Checks nothing: callers validate first. `passing`: the
+-- task goes on to another state in the same script (expire's PROCESSING -> TIMEOUT ->
+-- RETRY_WAITING), so a terminal state's effects (due-time watch, waiting children,
+-- webhooks) do not happen.
 -- `score`: deadline in the target state's set (ignored for terminal states).
-local function change(K, t, verb, to, now, score, fields, ev)
+local function change(K, t, verb, to, now, score, fields, ev, passing)
   local from = t.status
   if from == 'PROCESSING' then close_stage(K, t, now) end
   if from then
@@ -95,7 +100,7 @@ local function change(K, t, verb, to, now, score, fields, ev)
   end
   redis.call('HINCRBY', K.counts, to, 1)
   redis.call('HINCRBY', K.stats, 'entered:' .. to, 1)
-  place(K, t, from, to, score, now)
+  place(K, t, from, to, score, now, passing)
   fields.status = to
   fields.state_since = now
   fields.updated_at = now
@@ -107,7 +112,7 @@ local function change(K, t, verb, to, now, score, fields, ev)
   ev.attempt = ev.attempt or t.attempt
   ev.stage = ev.stage or t.stage
   emit(K, t, 'transition', now, ev, true)
-  if TERMINAL[to] then notify(K, t, 'terminal', now) end
+  if TERMINAL[to] and not passing then notify(K, t, 'terminal', now) end
 end
 
 -- A change inside PROCESSING (stage, progress): new version, an event, no state change.

@@ -40,3 +40,17 @@ def test_an_edit_keeps_the_due_time_of_the_request(engine):
 def test_bad_due_times_are_value_errors(engine, kw):
     with pytest.raises(ValueError):
         engine.submit("render", {}, owner="alice", **kw)
+
+
+def test_a_timeout_that_is_retried_keeps_the_due_time_watch_and_sends_no_terminal_webhook(engine):
+    from tests.support.wait import wait_for_server_time
+
+    engine.enable_notifications("s3cret-for-tests-0123456789")
+    task = engine.submit("quick", {}, owner="alice", due_in=5, notify_url="https://example.invalid/h")
+    lease = engine.claim(task.id, "w1")
+    wait_for_server_time(engine.redis, engine.get(task.id).lease_deadline * 1000)
+    engine.sweep()
+    assert engine.get(task.id).status in (State.RETRY_WAITING, State.PENDING)  # TIMEOUT was passed through
+    assert engine.redis.zscore(engine.keys.task(task.id).watch, task.id) is not None
+    assert engine.redis.llen(engine.keys.queue_key("images", "outbox")) == 0
+    assert lease.attempt == 1 and engine.check() == []
