@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 
@@ -92,15 +93,24 @@ def demo_command(ctx):
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Processes (each with one event stream reader).")
 @click.option("--threads", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Threads per process: each open SSE stream or long-poll holds one.")
+              help="Threads per process: each open SSE stream or long-poll holds one (gthread).")
+@click.option("--server", type=click.Choice(["gthread", "gevent"]), default="gthread", show_default=True,
+              help="gunicorn worker class; gevent (pip install 'ghostless[gevent]') for many open streams.")
+@click.option("--connections", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Open connections per process (gevent).")
 @click.option("--log-level", default="INFO", show_default=True)
-def web_command(app_spec, redis_url, host, port, workers, threads, log_level):
+def web_command(app_spec, redis_url, host, port, workers, threads, server, connections, log_level):
     """Serve the web app and JSON API (gunicorn gthread when installed)."""
     from web.serve import serve
 
     engine = _engine(app_spec, redis_url)
     _logging(log_level)
-    serve(engine, app_spec, host, port, workers, threads)
+    if redis_url:
+        os.environ["GHOSTLESS_REDIS_URL"] = redis_url  # gunicorn workers load the app again
+    try:
+        serve(engine, app_spec, host, port, workers, threads, server=server, connections=connections)
+    except RuntimeError as e:
+        raise click.UsageError(str(e)) from None
 
 
 @main.group("user")

@@ -1,4 +1,4 @@
-"""The Flask web app: JSON API, live status over SSE, login; pages when web/pages.py exists.
+"""The Flask web app: pages, JSON API, live status over SSE, login, admin operations, /metrics.
 
 ``create_app(config=None)`` builds it. Config keys (besides Flask's own):
 
@@ -8,11 +8,14 @@
   key per process (logged: sessions then die with the process and do not span workers).
 - ``GHOSTLESS_SSE_KEEPALIVE`` (s), ``GHOSTLESS_SSE_RETRY_MS``, ``GHOSTLESS_SSE_BUFFER``
   (events per client), ``GHOSTLESS_BROKER_BLOCK_MS`` (XREAD block), ``GHOSTLESS_LONGPOLL_MAX``
-  (s), ``GHOSTLESS_STUCK_AFTER`` (s a task may wait in PENDING/QUEUED before it counts as stuck).
+  (s), ``GHOSTLESS_STUCK_AFTER`` (s a task may wait in PENDING/QUEUED before it counts as stuck),
+  ``GHOSTLESS_DASHBOARD_CACHE`` (s the dashboard's shared numbers are reused across viewers).
+- ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes
+  ``/metrics`` with; ``GHOSTLESS_METRICS_PUBLIC`` (else env ``GHOSTLESS_METRICS_PUBLIC=1``):
+  serve /metrics to anyone. Without either, only admins may read it (web/metrics.py).
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import secrets
@@ -22,7 +25,7 @@ from flask import Flask
 
 from engine.app import AppError
 
-from . import api, auth, deps, errors, health, sse
+from . import admin, api, auth, deps, errors, health, metrics, pages, sse
 
 log = logging.getLogger("ghostless.web")
 
@@ -39,6 +42,7 @@ DEFAULTS = {
     "GHOSTLESS_BROKER_BLOCK_MS": 5000,
     "GHOSTLESS_LONGPOLL_MAX": 60.0,
     "GHOSTLESS_STUCK_AFTER": 300.0,
+    "GHOSTLESS_DASHBOARD_CACHE": 1.0,
 }
 
 
@@ -46,6 +50,8 @@ def create_app(config: dict | None = None) -> Flask:
     app = Flask(__name__)
     app.config.update(DEFAULTS)
     app.config["GHOSTLESS_APP"] = os.environ.get("GHOSTLESS_APP")
+    app.config["GHOSTLESS_METRICS_TOKEN"] = os.environ.get("GHOSTLESS_METRICS_TOKEN") or None
+    app.config["GHOSTLESS_METRICS_PUBLIC"] = os.environ.get("GHOSTLESS_METRICS_PUBLIC") == "1"
     app.config.update(config or {})
     if app.config.get("GHOSTLESS_ENGINE") is None and not app.config.get("GHOSTLESS_APP"):
         raise AppError("no app: pass GHOSTLESS_ENGINE in the config or set GHOSTLESS_APP=module:engine")
@@ -53,12 +59,8 @@ def create_app(config: dict | None = None) -> Flask:
         app.config["SECRET_KEY"] = os.environ.get("GHOSTLESS_SECRET_KEY") or _random_key()
     deps.init_app(app)
     errors.init_app(app)
-    for blueprint in (auth.bp, api.bp, sse.bp, health.bp):
+    for blueprint in (auth.bp, api.bp, sse.bp, admin.bp, health.bp, metrics.bp, pages.bp):
         app.register_blueprint(blueprint)
-    if importlib.util.find_spec(f"{__name__}.pages") is not None:
-        from . import pages
-
-        app.register_blueprint(pages.bp)
     return app
 
 

@@ -198,7 +198,7 @@ def _require(task_id: str) -> Task:
 @bp.get("/stats")
 def stats():
     """Counts per queue and state, throughput per minute, stuck tasks (only the caller's,
-    unless admin), RQ workers, circuit breakers."""
+    unless admin), RQ workers, circuit breakers, draining queues."""
     engine = get_engine()
     minutes = _number("minutes", 1, 60, integer=True, default=5)
     return jsonify(
@@ -206,5 +206,6 @@ def stats():
         throughput=wq.throughput(engine, minutes),
         stuck=wq.stuck_tasks(engine, current_app.config["GHOSTLESS_STUCK_AFTER"], owner=_owner_filter()),
         workers=wq.workers(engine),
-        breakers=[],
+        breakers=engine.breakers(),
+        draining=engine.draining(),
     )

@@ -15,8 +15,7 @@ import hmac
 import secrets
 from urllib.parse import urlsplit
 
-from flask import Blueprint, g, jsonify, redirect, request, session
-from markupsafe import escape
+from flask import Blueprint, g, jsonify, redirect, render_template, request, session
 
 from engine.users import User
 from engine.web_queries import token_digest, user_for_digest
@@ -95,27 +94,36 @@ def _cross_origin() -> bool:
         return True
 
 
-LOGIN_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>ghostless: log in</title></head>
-<body><main><h1>ghostless</h1>{message}
-<form method="post" action="/login">
-<label>API token <input type="password" name="token" autocomplete="current-password" required></label>
-<input type="hidden" name="next" value="{next}"><button type="submit">Log in</button>
-</form></main></body></html>"""
+def _login_form(message: str = "", status: int = 200):
+    """The login page (templates/login.html); a browser's failed login shows it again."""
+    page = render_template("login.html", user=None, message=message,
+                           next=_local_path(request.values.get("next")))
+    return page, status, {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+                          "Cache-Control": "no-store"}
+
+
+def _browser_form() -> bool:
+    """A form post from a page (Accept names HTML): answer with the page, not JSON."""
+    return request.mimetype != "application/json" and request.accept_mimetypes.accept_html \
+        and not _wants_json()
 
 
 @bp.get("/login")
 def login_page():
-    return LOGIN_PAGE.format(message="", next=escape(_local_path(request.args.get("next"))))
+    return _login_form()
 
 
 @bp.post("/login")
 def login():
     if _cross_origin():
+        if _browser_form():
+            return _login_form("This login came from another site and was refused.", 403)
         raise ApiError(403, "csrf_failed", "cross-origin login refused")
     token = json_body(required=False).get("token")
     user = get_engine().users.authenticate(token) if _encodable(token) else None
     if user is None:
+        if _browser_form():
+            return _login_form("Unknown or revoked token.", 401)
         raise ApiError(401, "unauthorized", "unknown or revoked token", UNAUTHORIZED)
     session.clear()  # a fresh session: nothing carried over from before the login (fixation)
     session.permanent = True

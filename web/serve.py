@@ -1,15 +1,17 @@
 """Serving the app: gunicorn with threaded (gthread) workers when installed, else Flask's
-threaded development server with a warning.
+threaded development server with a warning; or gunicorn's gevent workers (``--server gevent``).
 
-Each SSE stream or long-poll holds one worker thread while it is open, so the number of
-concurrent streams per process is ``threads``; every process runs one stream reader
-thread (web/broker.py) whatever the number of streams. Workers build their app after the
-fork (no preload), so no Redis connection or thread crosses a fork.
+gthread: each SSE stream or long-poll holds one worker thread while it is open, so the number
+of concurrent streams per process is ``threads``. gevent: each connection is a greenlet
+(``connections`` per process), for many open streams (bench/sse.py measures both). Either way
+every process runs one stream reader (web/broker.py) whatever the number of streams. Workers
+build their app after the fork (no preload), so no Redis connection or thread crosses a fork.
 """
 from __future__ import annotations
 
 import logging
 import os
+import sys
 
 log = logging.getLogger("ghostless.web")
 
@@ -22,9 +24,16 @@ def gunicorn_available() -> bool:
     return True
 
 
-def serve(engine, app_spec: str | None, host: str, port: int, workers: int, threads: int) -> None:
+def serve(engine, app_spec: str | None, host: str, port: int, workers: int, threads: int,
+          server: str = "gthread", connections: int = 1000) -> None:
     """Run the web app until interrupted. ``engine`` is the already loaded app (the dev
-    server serves it; gunicorn workers load ``app_spec`` again, each in its own process)."""
+    server serves it; gunicorn workers load ``app_spec`` again, each in its own process).
+
+    Raises RuntimeError when ``server="gevent"`` cannot run (no gunicorn or gevent, no app_spec).
+    """
+    if server == "gevent":
+        _gevent(app_spec, host, port, workers, connections)
+        return
     if gunicorn_available():
         if app_spec:
             os.environ["GHOSTLESS_APP"] = app_spec
@@ -42,9 +51,11 @@ def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:
 
     class App(BaseApplication):
         def load_config(self):
+            # gthread accepts no more than worker_connections at once (default 1000), streams
+            # included: leave room for every thread's stream plus short requests.
             settings = {"bind": f"{host}:{port}", "workers": workers, "threads": threads,
-                        "worker_class": "gthread", "timeout": 30, "graceful_timeout": 5,
-                        "accesslog": "-", "errorlog": "-"}
+                        "worker_class": "gthread", "worker_connections": max(1000, threads * 2),
+                        "timeout": 30, "graceful_timeout": 5, "accesslog": "-", "errorlog": "-"}
             # gunicorn >= 27's control socket has one default path per user: two servers on
             # one host would contend for it, and nothing here uses it.
             if "control_socket_disable" in self.cfg.settings:
@@ -58,3 +69,21 @@ def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:
             return create_app()
 
     App().run()
+
+
+def _gevent(app_spec: str | None, host: str, port: int, workers: int, connections: int) -> None:
+    """Replace this process with gunicorn's gevent workers in a fresh interpreter: gevent must
+    patch the standard library before anything (redis, ssl, threading) is imported, and this
+    process has already loaded the app. The broker's reader thread becomes a greenlet."""
+    try:
+        import gevent  # noqa: F401
+    except ImportError:
+        raise RuntimeError("--server gevent needs gevent: pip install 'ghostless[gevent]'") from None
+    if not gunicorn_available() or not app_spec:
+        raise RuntimeError("--server gevent needs gunicorn and --app (or GHOSTLESS_APP)")
+    os.environ["GHOSTLESS_APP"] = app_spec
+    args = [sys.executable, "-m", "gunicorn", "--worker-class", "gevent", "--workers", str(workers),
+            "--worker-connections", str(connections), "--bind", f"{host}:{port}", "--timeout", "30",
+            "--graceful-timeout", "5", "--access-logfile", "-", "--error-logfile", "-", "--no-control-socket",
+            "web:create_app()"]
+    os.execv(sys.executable, args)

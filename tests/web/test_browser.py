@@ -1,0 +1,148 @@
+"""A real browser on the real pages: headless Chromium (Debian's package) driven by Playwright.
+
+The app is served by werkzeug in a thread against a private redis-server. A person logs in
+with a token, watches a task page and the dashboard while the test drives the task through
+the Engine (claim, stage, progress, complete), and sees each change appear without a reload.
+Screenshots of both pages go to /tmp for a human (or a reviewing agent) to look at.
+
+Never ``playwright install``: pip's playwright brings the driver, Debian brings the browser.
+Skips loudly without chromium or playwright, and fails instead when REQUIRE_REAL_REDIS=1.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from engine import Engine
+from tests.conftest import REQUIRE_REAL, register_test_types
+from web import close_app, create_app
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run", "--disable-default-apps", "--disable-sync"]
+SHOTS = {"dashboard": "/tmp/ghostless-dashboard.png", "task": "/tmp/ghostless-task.png"}
+WAIT_MS = 10_000
+
+
+def need_browser():
+    missing = []
+    if not os.access(CHROMIUM, os.X_OK):
+        missing.append(f"{CHROMIUM} (apt-get install -y chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("playwright (pip install -r requirements.txt)")
+    if missing:
+        msg = "browser tests need " + " and ".join(missing)
+        if REQUIRE_REAL:
+            pytest.fail(msg + " and REQUIRE_REAL_REDIS=1")
+        pytest.skip("SKIPPED LOUDLY: " + msg)
+
+
+@pytest.fixture
+def site(redis_server):
+    """(base URL, engine, alice's token): the app served on a free port, on a private Redis."""
+    need_browser()
+    from werkzeug.serving import make_server
+
+    client = redis_server.client()
+    client.flushall()
+    engine = register_test_types(Engine(client, namespace="tb", dispatcher=None))
+    token = engine.users.add("alice")
+    app = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "browser-test", "GHOSTLESS_DASHBOARD_CACHE": 0,
+                      "GHOSTLESS_BROKER_BLOCK_MS": 100, "GHOSTLESS_SSE_KEEPALIVE": 1.0})
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="browser-test-web", daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", engine, token
+    server.shutdown()
+    thread.join(10)
+    server.server_close()
+    close_app(app)
+    client.close()
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        context = chromium.new_context(viewport={"width": 1100, "height": 900})
+        context.set_default_timeout(WAIT_MS)
+        yield context
+        context.close()
+        chromium.close()
+
+
+def test_a_person_watches_a_task_run_live_without_reloading(site, browser):
+    from playwright.sync_api import expect
+
+    base, engine, token = site
+    errors = []
+    dash = browser.new_page()
+    dash.on("pageerror", lambda e: errors.append(str(e)))
+    dash.goto(base + "/login?next=/")
+    dash.fill("#token", token)
+    dash.click("button[type=submit]")
+    expect(dash.locator("h1")).to_have_text("Dashboard")
+    expect(dash.locator("#live-dot")).to_have_text("live")
+    dash.evaluate("window.__sameDocument = true")  # gone if the page ever reloads
+
+    task = engine.submit("render", {"prompt": "a cat in a hat"}, owner="alice")
+    expect(dash.locator('[data-total="PENDING"]')).to_have_text("1")  # the dashboard follows, live
+    expect(dash.locator("#feed")).to_contain_text(task.id)
+
+    page = browser.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/tasks/{task.id}")
+    headline = page.locator("#panel .headline")
+    expect(headline).to_have_text("Waiting to start")
+    expect(page.locator("#live-dot")).to_have_text("live")
+    page.evaluate("window.__sameDocument = true")
+
+    lease = engine.claim(task.id, "w1")
+    expect(page.locator("#panel .badge").first).to_have_text("PROCESSING")
+    engine.stage(lease, "generating")
+    expect(headline).to_have_text("Generating")
+    expect(page.locator("#panel .stage-name")).to_have_text("generating")
+    engine.progress(lease, 0.4, "step 20 of 50")
+    expect(page.locator("#progress")).to_have_attribute("value", "0.4")
+    expect(page.locator("#panel .detail").first).to_have_text("step 20 of 50")
+    expect(page.locator("#panel .pct")).to_have_text("40%")
+    expect(page.locator(".timeline")).to_contain_text("stage generating")
+    expect(dash.locator('[data-total="PROCESSING"]')).to_have_text("1")
+    page.screenshot(path=SHOTS["task"].replace(".png", "-running.png"), full_page=True)
+
+    engine.complete(lease, {"url": "https://example.invalid/cat.png"})
+    expect(page.locator("#panel .badge").first).to_have_text("SUCCESS")
+    expect(headline).to_have_text("Done")
+    expect(page.locator(".timeline")).to_contain_text("PROCESSING → SUCCESS")
+    expect(page.locator("#panel")).to_contain_text("cat.png")
+    expect(page.locator("#edit")).to_be_hidden()
+    expect(dash.locator('[data-total="SUCCESS"]')).to_have_text("1")
+    expect(dash.locator('[data-total="PROCESSING"]')).to_have_text("0")
+    assert page.evaluate("window.__sameDocument") and dash.evaluate("window.__sameDocument")
+    assert errors == []
+
+    page.screenshot(path=SHOTS["task"], full_page=True)
+    dash.screenshot(path=SHOTS["dashboard"], full_page=True)
+
+
+def test_the_cancel_button_sends_the_csrf_token_and_the_page_follows(site, browser):
+    from playwright.sync_api import expect
+
+    base, engine, token = site
+    task = engine.submit("render", {"prompt": "a dog"}, owner="alice")
+    page = browser.new_page()
+    page.goto(f"{base}/login?next=/tasks/{task.id}")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    expect(page.locator("#live-dot")).to_have_text("live")
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click("button[data-post$='/cancel']")
+    expect(page.locator("#panel .badge").first).to_have_text("CANCELLED")
+    assert engine.get(task.id).status.value == "CANCELLED"
+    assert engine.history(task.id)[-1].by == "alice"

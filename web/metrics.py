@@ -1,0 +1,133 @@
+"""``GET /metrics``: Prometheus metrics read from the engine's counters at scrape time.
+
+A custom collector (no background thread, no state in the web process): each scrape reads
+``engine.stats()``, ``engine.breakers()`` and ``engine.draining()`` plus one pipelined read of
+the time-in-state totals, so every web process answers with the same numbers and gunicorn's
+worker count does not matter. A scrape while Redis is down is a 503 (Prometheus records the
+target as down).
+
+Families (all labelled by ``queue``):
+
+- ``ghostless_tasks{state}``: tasks in each state now (gauge).
+- ``ghostless_transitions_total{state}``: tasks that entered each state (counter).
+- ``ghostless_failures_total{error_kind}``: failed attempts per error kind (counter).
+- ``ghostless_stale_rejections_total``, ``ghostless_overdue_total``, ``ghostless_escalated_total``,
+  ``ghostless_parked_total``: refused stale calls and what the sweeper recorded (counters).
+- ``ghostless_time_in_state_seconds{state}`` and ``ghostless_time_in_stage_seconds{stage}``:
+  summaries (``_sum``/``_count``, no quantiles) of the time tasks spent in a state (stage)
+  before leaving it. A mean-seconds gauge would be a lifetime mean that stops moving after a
+  day; from sum and count, ``rate(..._sum[5m]) / rate(..._count[5m])`` is the mean over any window.
+- ``ghostless_breaker_state{upstream}``: 0 closed, 1 half-open, 2 open (gauge).
+- ``ghostless_queue_draining``: 1 while a queue is draining (gauge).
+
+Access: operators scrape without a user token, and the numbers name queues, task types and
+error kinds, so /metrics is closed by default. It answers to ``Authorization: Bearer
+$GHOSTLESS_METRICS_TOKEN`` (the scraper's own secret), to an admin user's token or session,
+or to anyone when ``GHOSTLESS_METRICS_PUBLIC=1`` (a private network, a sidecar). Otherwise:
+401 (no or wrong credentials) or 403 (a user who is not an admin).
+"""
+from __future__ import annotations
+
+import hmac
+
+from flask import Blueprint, Response, current_app, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+
+from engine import State
+
+from .auth import UNAUTHORIZED, current_user
+from .deps import get_engine
+from .errors import ApiError
+
+bp = Blueprint("metrics", __name__)
+BREAKER_VALUES = {"closed": 0, "half_open": 1, "open": 2}
+COUNTERS = (("stale_rejections", "Calls refused because their fencing token was stale"),
+            ("overdue", "Tasks the sweeper recorded as past their due time"),
+            ("escalated", "Tasks the sweeper recorded as past their escalation time"),
+            ("parked", "Tasks set aside while their upstream's circuit breaker was open"))
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def time_totals(engine, queues: list[str]) -> dict[str, dict[str, int]]:
+    """Per queue, the raw ``tis_*``/``stage_*`` totals (ms) and counts of its stats hash (the
+    fields engine/stats.py turns into means)."""
+    pipe = engine.redis.pipeline(transaction=False)
+    for q in queues:
+        pipe.hgetall(engine.keys.queue_key(q, "stats"))
+    return {q: {_s(k): int(v) for k, v in raw.items() if _s(k).startswith(("tis_", "stage_"))}
+            for q, raw in zip(queues, pipe.execute())}
+
+
+class EngineCollector:
+    """Reads the engine at each ``collect()`` (what generate_latest calls)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def collect(self):
+        engine = self.engine
+        stats = engine.stats()
+        queues = list(stats)
+        totals = time_totals(engine, queues)
+        tasks = GaugeMetricFamily("ghostless_tasks", "Tasks in each state now", labels=["queue", "state"])
+        entered = CounterMetricFamily("ghostless_transitions", "Tasks that entered each state",
+                                      labels=["queue", "state"])
+        failures = CounterMetricFamily("ghostless_failures", "Failed attempts per error kind",
+                                       labels=["queue", "error_kind"])
+        counters = {name: CounterMetricFamily(f"ghostless_{name}", doc, labels=["queue"]) for name, doc in COUNTERS}
+        in_state = SummaryMetricFamily("ghostless_time_in_state_seconds",
+                                       "Time tasks spent in a state before leaving it", labels=["queue", "state"])
+        in_stage = SummaryMetricFamily("ghostless_time_in_stage_seconds",
+                                       "Time tasks spent in a stage before leaving it", labels=["queue", "stage"])
+        for q, st in stats.items():
+            for state in State:
+                tasks.add_metric([q, state.value], st["counts"][state.value])
+                entered.add_metric([q, state.value], st["entered"][state.value])
+            for kind, n in sorted(st["failures"].items()):
+                failures.add_metric([q, kind], n)
+            for name, family in counters.items():
+                family.add_metric([q], st[name])
+            for prefix, family in (("tis", in_state), ("stage", in_stage)):
+                raw = totals[q]
+                for key in sorted(raw):
+                    if key.startswith(f"{prefix}_n:"):
+                        name = key.split(":", 1)[1]
+                        family.add_metric([q, name], raw[key], raw.get(f"{prefix}_ms:{name}", 0) / 1000)
+        breakers = GaugeMetricFamily("ghostless_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open",
+                                     labels=["queue", "upstream"])
+        for b in engine.breakers():
+            breakers.add_metric([b["queue"], b["upstream"]], BREAKER_VALUES.get(b["state"], 2))
+        draining = GaugeMetricFamily("ghostless_queue_draining", "1 while the queue hands no task to workers",
+                                     labels=["queue"])
+        drained = set(engine.draining())
+        for q in queues:
+            draining.add_metric([q], 1 if q in drained else 0)
+        yield from (tasks, entered, failures, *counters.values(), in_state, in_stage, breakers, draining)
+
+
+def _check_access() -> None:
+    config = current_app.config
+    if config["GHOSTLESS_METRICS_PUBLIC"]:
+        return
+    token = config.get("GHOSTLESS_METRICS_TOKEN")
+    scheme, _, sent = request.headers.get("Authorization", "").strip().partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(sent.strip().encode(), token.encode()):
+        return
+    user = current_user()
+    if user is not None and user.admin:
+        return
+    if user is not None:
+        raise ApiError(403, "forbidden", "metrics are for operators: an admin, or the metrics token")
+    raise ApiError(401, "unauthorized", "metrics need the metrics token (GHOSTLESS_METRICS_TOKEN) or an admin",
+                   UNAUTHORIZED)
+
+
+@bp.get("/metrics")
+def metrics():
+    _check_access()
+    return Response(generate_latest(EngineCollector(get_engine())), content_type=CONTENT_TYPE_LATEST,
+                    headers={"Cache-Control": "no-store"})
