@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench bench-rq chaos clean
+.PHONY: test demo bench chaos clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,14 +17,10 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m engine.demo $(ARGS)
 
+# Every benchmark, each beside its baseline, written to docs/benchmarks.md (several minutes).
+# One of them: make bench ARGS=core.py
 bench: $(STAMP)
-	$(BIN)/python bench/core.py
-	$(BIN)/python bench/sweep.py
-
-# Recovery latency and throughput against plain RQ (real workers; minutes).
-bench-rq: $(STAMP)
-	$(BIN)/python bench/recovery.py
-	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/run_all.py $(ARGS)
 
 # The chaos soak at full size (tests/chaos/test_soak.py runs 500 tasks in `make test`).
 chaos: $(STAMP)

@@ -1,0 +1,57 @@
+"""``make bench``: run every benchmark under bench/ and write docs/benchmarks.md.
+
+Each benchmark measures ghostless beside its baseline (a trivial EVALSHA, plain RQ, flask-sse) in
+the same run and prints its figures with their targets; this collects their output as is, with the
+machine, the load average while each ran, and how long each took.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import ROOT, machine  # noqa: E402
+
+BENCHES = [  # (script, what it measures)
+    ("core.py", "full lifecycles vs a trivial EVALSHA; server CPU per lifecycle"),
+    ("sweep.py", "sweeper tick with 1M tasks; reclaim rate; memory per task vs an RQ job"),
+    ("recovery.py", "time from SIGKILL to another worker entering the task, vs plain RQ"),
+    ("throughput.py", "no-op tasks through ghostless on RQ vs plain RQ jobs"),
+    ("sse.py", "SSE broadcast latency, memory per subscriber, Redis connections vs flask-sse"),
+]
+
+
+def main(argv: list[str]) -> int:
+    only = set(argv)
+    sections, failed = [], []
+    for script, what in BENCHES:
+        if only and script not in only:
+            continue
+        load = os.getloadavg()[0]
+        start = time.monotonic()
+        print(f"== bench/{script}: {what}", flush=True)
+        run = subprocess.run([sys.executable, str(ROOT / "bench" / script)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=1800)
+        took = time.monotonic() - start
+        output = (run.stdout + ("\n" + run.stderr if run.returncode else "")).strip()
+        print(output, flush=True)
+        if run.returncode:
+            failed.append(script)
+        sections.append(f"## bench/{script}\n\n{what}. Took {took:.0f} s; load average {load:.1f} at the "
+                        f"start{'; exit code ' + str(run.returncode) if run.returncode else ''}.\n\n"
+                        f"```\n{output}\n```\n")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    doc = (f"# Benchmarks\n\nWritten by `make bench` ({stamp}). Every figure is measured beside its "
+           f"baseline in the same run on this machine, which is shared and noisy: ratios and CPU per "
+           f"operation are steadier than rates.\n\n```\n{machine()}\n```\n\n" + "\n".join(sections))
+    (ROOT / "docs" / "benchmarks.md").write_text(doc)
+    print(f"wrote docs/benchmarks.md{' (failed: ' + ', '.join(failed) + ')' if failed else ''}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
