@@ -142,6 +142,21 @@ def user_list(app_spec, redis_url):
         click.echo(f"{user.name}\t{'admin' if user.admin else 'user'}\ttokens={user.tokens}")
 
 
+@user_group.command("login-link")
+@APP
+@REDIS
+@click.argument("name")
+@click.option("--base-url", default="http://127.0.0.1:8000", show_default=True)
+@click.option("--ttl", type=click.FloatRange(min=1, max=86400), default=600, show_default=True)
+def user_login_link(app_spec, redis_url, name, base_url, ttl):
+    """Print a one-time link that logs a browser in as NAME (valid once, for --ttl seconds)."""
+    try:
+        code = _engine(app_spec, redis_url).users.login_code(name, ttl)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"{base_url.rstrip('/')}/login/{code}")
+
+
 @user_group.command("revoke")
 @APP
 @REDIS

@@ -24,6 +24,27 @@ PROMPTS = ["a cat in a hat", "a lighthouse at dawn", "a red bicycle", "forbidden
            "a blue whale"]
 
 
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process, its process group and every descendant (work-horses lead their own group)."""
+    family, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        family.append(parent)
+        for entry in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = entry.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent:
+                todo.append(int(entry.parent.name))
+    for member in family:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(member, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 def _free_port() -> int:
     import socket
 
@@ -66,8 +87,14 @@ def main(argv=None) -> int:
     parser.add_argument("--once", action="store_true", help="run until every demo task is terminal, then exit")
     parser.add_argument("--tasks", type=int, default=len(PROMPTS), help="how many tasks to submit")
     parser.add_argument("--timeout", type=float, default=300, help="--once gives up after this many seconds")
+    parser.add_argument("--port", type=int, default=8000, help="web port (a free one when taken)")
     args = parser.parse_args(argv)
 
+    def stop(signum, frame):  # SIGTERM/SIGHUP stop the demo the way Ctrl-C does: children included
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
     workdir = tempfile.mkdtemp(prefix="ghostless-demo-")
     procs: list[subprocess.Popen] = []
     try:
@@ -76,7 +103,10 @@ def main(argv=None) -> int:
         _wait_redis(url)
         os.environ["GHOSTLESS_REDIS_URL"] = url
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        # Each child leads its own process group: stopping the demo kills the groups (gunicorn's
+        # workers, work-horses), so nothing is left running.
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL} if args.once else {}
+        quiet["start_new_session"] = True
         cli = [sys.executable, "-m", "engine"]
         procs.append(subprocess.Popen(cli + ["sweeper", "--app", APP, "--interval", "0.5"], env=env, cwd=ROOT,
                                       **quiet))
@@ -94,22 +124,47 @@ def main(argv=None) -> int:
                                      idempotency_key=f"demo-{i}").id)
         print(f"ghostless demo: Redis is {kind}; {len(ids)} tasks submitted to 2 workers and a sweeper.")
         if not args.once:
-            print("Follow them with: GHOSTLESS_REDIS_URL=%s .venv/bin/python -m engine ... (Ctrl-C stops "
-                  "everything)" % url)
+            procs.append(_start_web(engine, cli, env, quiet, args.port))
         return _watch(engine, ids, args.timeout if args.once else None)
     except KeyboardInterrupt:
         print("\nstopping the demo...")
         return 130
     finally:
         for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
+            _kill_tree(p.pid)
         for p in procs:
             try:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 pass
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _start_web(engine, cli, env, quiet, port: int) -> subprocess.Popen:
+    """The web app on ``port`` (or a free one), a demo admin, and a one-click login link."""
+    import secrets
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            port = _free_port()
+    env = dict(env, GHOSTLESS_SECRET_KEY=secrets.token_hex(32))
+    proc = subprocess.Popen(cli + ["web", "--app", APP, "--host", "127.0.0.1", "--port", str(port)], env=env,
+                            cwd=ROOT, **quiet)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{base}/healthz", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    engine.users.add("demo", admin=True)
+    code = engine.users.login_code("demo", ttl=3600)
+    print(f"dashboard:  {base}/\nlog in:     {base}/login/{code}   (one click, once, within an hour)\n"
+          f"Ctrl-C stops everything.", flush=True)
+    return proc
 
 
 def _watch(engine, ids: list[str], timeout: float | None) -> int:

@@ -119,6 +119,10 @@ class Keys:
         """Hash: owner -> default webhook URL for their tasks' notifications."""
         return f"{self.ns}:webhooks"
 
+    def login_code(self, digest: str) -> str:
+        """String: a one-time login code's user (by the code's SHA-256), with a short TTL."""
+        return f"{self.ns}:login:{digest}"
+
     def users(self) -> str:
         """Hash: user name -> JSON record (admin flag, creation time, token digests)."""
         return f"{self.ns}:users"

@@ -73,6 +73,27 @@ class Users:
         pipe.execute()
         return True
 
+    def login_code(self, name: str, ttl: float = 600) -> str:
+        """A one-time code that logs a browser in as ``name`` (the demo's one-click link).
+
+        Not an API token: it works once, for ``ttl`` seconds, and only to open a session.
+        """
+        if self.get(name) is None:
+            raise ValueError(f"no user {name!r}")
+        code = secrets.token_urlsafe(24)
+        self.redis.set(self.keys.login_code(_digest(code)), name, px=int(ttl * 1000))
+        return code
+
+    def redeem_login_code(self, code: object) -> tuple[User, str] | None:
+        """(user, digest of their newest token) for a valid code, used up by this call; else None."""
+        if not isinstance(code, str) or not 8 <= len(code) <= 128 or not code.isascii():
+            return None
+        name = self.redis.getdel(self.keys.login_code(_digest(code)))
+        raw = self.redis.hget(self.keys.users(), _s(name)) if name else None
+        if not raw or not json.loads(raw)["tokens"]:
+            return None
+        return self.get(_s(name)), json.loads(raw)["tokens"][-1]
+
     def authenticate(self, token: object) -> User | None:
         """The user a token belongs to, or None (also for malformed input)."""
         if not isinstance(token, str) or not 8 <= len(token) <= 256 or not token.isascii():

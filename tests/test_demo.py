@@ -37,3 +37,55 @@ def _demo_once(env: dict) -> str:
     assert summary.get("SUCCESS", 0) + summary.get("FAILED", 0) == 8
     assert summary["recovered crashes"] >= 1  # the crashing task's horse died and it was retried
     return out
+
+
+@pytest.mark.slow
+def test_demo_serves_the_dashboard_with_a_login_link_and_stops_everything_it_started(tmp_path):
+    import signal
+    import socket
+    import urllib.request
+
+    from tests.support.procs import children
+    from tests.support.wait import wait_until
+
+    need_redis_server()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "demo.log"
+    env = dict(os.environ, GHOSTLESS_DEMO_SPEED="0.3", PYTHONPATH=str(ROOT))
+    with open(log, "w") as out:
+        demo = subprocess.Popen([sys.executable, "-m", "engine.demo", "--port", str(port), "--tasks", "3"],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: "log in:" in log.read_text(), timeout=60, what="the demo's login link")
+        link = next(line.split()[2] for line in log.read_text().splitlines() if line.startswith("log in:"))
+        assert link.startswith(f"http://127.0.0.1:{port}/login/")
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
+
+        def family(pid):
+            found = [pid]
+            for child in children(pid):
+                found += family(child)
+            return found
+
+        started = family(demo.pid)
+        assert len(started) >= 5  # redis-server, sweeper, 2 workers, web (and their children)
+        demo.send_signal(signal.SIGTERM)
+        demo.wait(30)
+
+        def gone():
+            alive = []
+            for pid in started:
+                try:
+                    state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+                except OSError:
+                    continue
+                if state != "Z":
+                    alive.append(pid)
+            return not alive
+
+        wait_until(gone, timeout=15, what="every process the demo started to end")
+    finally:
+        if demo.poll() is None:
+            demo.kill()

@@ -196,3 +196,16 @@ def test_the_secret_key_comes_from_the_environment(engine, monkeypatch):
     monkeypatch.setenv("GHOSTLESS_SECRET_KEY", "from-env")
     config = {k: v for k, v in TEST_CONFIG.items() if k != "SECRET_KEY"}
     assert create_app({**config, "GHOSTLESS_ENGINE": engine}).secret_key == "from-env"
+
+
+def test_a_one_time_login_link_opens_a_session_once(engine):
+    from web import create_app
+
+    engine.users.add("dora")
+    code = engine.users.login_code("dora", ttl=60)
+    client = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "k" * 32, "TESTING": True}).test_client()
+    first = client.get(f"/login/{code}")
+    assert first.status_code == 303 and client.get("/api/me").get_json()["user"] == "dora"
+    other = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "k" * 32, "TESTING": True}).test_client()
+    assert other.get(f"/login/{code}").status_code == 401  # used up
+    assert other.get("/login/not-a-real-code-123").status_code == 401
