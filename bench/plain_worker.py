@@ -1,0 +1,34 @@
+"""A plain RQ 3.0 worker for the baselines: ``python bench/plain_worker.py URL QUEUE [--class fork|simple]``.
+
+RQ defaults throughout (job monitoring interval, maintenance interval, no retries unless the job
+asks), except the JSON serializer, which ghostless also uses.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis  # noqa: E402
+from rq import SimpleWorker, Worker  # noqa: E402
+from rq.serializers import JSONSerializer  # noqa: E402
+
+import bench.plain_jobs  # noqa: E402,F401  (imported once in the parent, as ghostless imports its app)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("url")
+    p.add_argument("queues", nargs="+")
+    p.add_argument("--class", dest="cls", choices=["fork", "simple"], default="fork")
+    p.add_argument("--log-level", default="INFO")
+    a = p.parse_args()
+    conn = redis.Redis.from_url(a.url)
+    cls = Worker if a.cls == "fork" else SimpleWorker
+    cls(a.queues, connection=conn, serializer=JSONSerializer).work(logging_level=a.log_level, with_scheduler=False)
+
+
+if __name__ == "__main__":
+    main()
