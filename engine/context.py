@@ -48,7 +48,9 @@ class TaskContext:
         self._cancel = threading.Event()
         self.stop_reason = ""
         self._checkpoints = dict(checkpoints or {})
-        self.logger = logging.getLogger(f"ghostless.task.{lease.type}").getChild(lease.task_id)
+        # An adapter, not a logger per task id: loggers live for the life of the process.
+        self.logger = logging.LoggerAdapter(logging.getLogger(f"ghostless.task.{lease.type}"),
+                                            {"task_id": lease.task_id, "attempt": lease.attempt})
 
     @property
     def task_id(self) -> str:

@@ -178,11 +178,13 @@ class Engine(LeaseCalls):
         return task
 
     def dispatch(self, task_id: str) -> str:
-        """Hand a PENDING task to the executor, then record PENDING -> QUEUED. Returns the dispatch id.
+        """Record PENDING -> QUEUED with a new dispatch id, then create the executor job of that id.
+        Returns the dispatch id.
 
-        A crash between the two leaves the task in the ``dispatch`` set: the sweeper
-        dispatches it again, and the claim refuses whichever delivery is not current.
-        Raises TaskNotFound, UnknownTaskType, IllegalTransition.
+        A crash between the two leaves a QUEUED task without a job in the ``dispatch`` set: the
+        sweeper finds no job at its check (``Config.requeue_after``) and dispatches it again; the
+        claim refuses whichever delivery is not current. Raises TaskNotFound, UnknownTaskType,
+        IllegalTransition.
         """
         row = self.redis.hmget(self._keys(task_id).task, "type", "priority")
         if row[0] is None:
@@ -196,8 +198,10 @@ class Engine(LeaseCalls):
         if self.redis.hget(self.keys.queue_key(tt.queue, "control"), "draining"):
             return None
         dispatch_id = uuid.uuid4().hex
-        self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, priority, tt.timeout)
+        # Recorded first: a worker that takes the job at once must find its dispatch id current
+        # (enqueue-then-record let an idle worker's claim arrive first and be refused).
         self.scripts.dispatch(self.keys.task(task_id), task_id, dispatch_id, ms(self.config.requeue_after))
+        self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, priority, tt.timeout)
         return dispatch_id
 
     def get(self, task_id: str, owner: str | None = None) -> Task | None:

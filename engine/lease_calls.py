@@ -47,8 +47,10 @@ class LeaseCalls:
                                    breaker_key, spec)
         if reply[0] == Code.BREAKER_OPEN:
             raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
+        flat = reply[7] if len(reply) > 7 else []
         return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
-                     type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]))
+                     type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]),
+                     checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)})
 
     def lease_for_claim(self, task_id: str, claim_id: str) -> Lease | None:
         """The lease a claim took, while the task is still PROCESSING under it (else None).

@@ -114,6 +114,8 @@ class Lease:
     worker: str
     lease: float  # seconds
     max_attempts: int = 1
+    #: checkpoints saved by earlier attempts, as the claim found them (name -> JSON value)
+    checkpoints: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass

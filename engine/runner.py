@@ -70,7 +70,7 @@ def run_task(task_id: str) -> None:
 def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> None:
     """Run the task function under a heartbeat and report its outcome (once, with the lease)."""
     tt = engine.registry.get(lease.type)
-    ctx = TaskContext(engine, lease, engine.checkpoints(lease.task_id))
+    ctx = TaskContext(engine, lease, lease.checkpoints)  # the claim brought them: no extra round trip
     main = threading.get_ident()
     hb: Heartbeat
 

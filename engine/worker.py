@@ -25,6 +25,7 @@ from rq import SimpleWorker, Worker
 from rq.serializers import JSONSerializer
 from rq.utils import now
 
+from . import runner  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
 from . import runtime
 from .errors import GhostlessError
 from .rq_dispatch import rq_queue_names
@@ -45,6 +46,7 @@ class _EngineHooks:
         # Made before the fork, so the parent knows which claim its horse made.
         self.claim_id = uuid.uuid4().hex
         self._task_id = job.args[0] if job.args else None
+        self._job_id = job.id
         try:
             super().execute_job(job, queue)
         finally:
@@ -66,14 +68,24 @@ class _EngineHooks:
         try:
             lease = self.engine.lease_for_claim(self._task_id, self.claim_id)
             if lease is None:
-                return  # the horse reported itself, or the lease was already taken away
+                # The horse reported itself, or the lease was taken away, or the horse died
+                # before its claim: then the task is still QUEUED under this job, which is gone.
+                self._redispatch_unclaimed()
+                return
             if release:
                 self.engine.release(lease, why)
             else:
                 self.engine.fail(lease, "worker_lost", why, retryable=True, retry_in=0)
             log.warning("task %s: %s (%s)", self._task_id, "released" if release else "reported lost", why)
-        except (GhostlessError, OSError) as e:
+        except (GhostlessError, OSError, redis.RedisError) as e:
             log.warning("could not report task %s after %s: %s", self._task_id, why, e)
+
+    def _redispatch_unclaimed(self) -> None:
+        row = self.engine.redis.hmget(self.engine.keys.task(self._task_id).task, "status", "dispatch_id")
+        status, dispatch_id = (v.decode() if isinstance(v, bytes) else v for v in row)
+        if status == "QUEUED" and dispatch_id == getattr(self, "_job_id", None):
+            self.engine.dispatch(self._task_id)
+            log.warning("task %s: its job died before the claim; dispatched again", self._task_id)
 
 
 class GhostlessWorker(_EngineHooks, Worker):

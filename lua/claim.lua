@@ -7,8 +7,8 @@
 --   ARGV[8]: task types this worker runs, as ',a,b,' ('' = any);
 --   ARGV[9]: the type's circuit breaker settings (lib/breaker: breaker_cfg; '' = none);
 --   KEYS[T+1]: the breaker's hash (with ARGV[9])
--- Returns: {OK, token, attempt, args JSON, type, lease ms, max attempts} |
---   {REPLAYED, token, attempt, args JSON, type, lease ms, max attempts} for a resent claim |
+-- Returns: {OK, token, attempt, args JSON, type, lease ms, max attempts, checkpoints (flat)} |
+--   {REPLAYED, ...the same} for a resent claim |
 --   {NOT_FOUND} | {ILLEGAL_TRANSITION, state} |
 --   {WRONG_DISPATCH, state} for a delivery of a dispatch that is no longer current |
 --   {UNKNOWN_TYPE, type} when this worker does not run the task's type |
@@ -17,7 +17,8 @@ local worker, claim_id, dispatch_id, types = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
 local function lease_reply(code)
-  return {code, t.token, t.attempt, redis.call('GET', K.args), t.type, t.lease_ms, t.max_attempts}
+  return {code, t.token, t.attempt, redis.call('GET', K.args), t.type, t.lease_ms, t.max_attempts,
+    redis.call('HGETALL', K.checkpoints)}
 end
 if t.status == 'PROCESSING' and t.claim_id == claim_id then return lease_reply(C.REPLAYED) end
 if not LEGAL.claim[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
