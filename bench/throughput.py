@@ -1,23 +1,31 @@
 """Throughput: no-op tasks through ghostless on RQ vs the same jobs on plain RQ 3.0.
 
-    .venv/bin/python bench/throughput.py [--tasks 5000] [--rounds 5] [--workers 2]
+    .venv/bin/python bench/throughput.py [--tasks 5000] [--rounds 10] [--workers 2] [--classes simple,fork]
 
 For each worker class (``simple``, then ``fork``), 2 ghostless workers (``ghostless worker``) and 2
 plain RQ workers (bench/plain_worker.py: RQ defaults, JSON serializer) run side by side on one
-private redis-server, all at log level WARNING. ``--tasks`` per side are split into ``--rounds``
-rounds, interleaved (G P, P G, G P, ...). A round:
+private redis-server (AOF on, everysec), all at log level WARNING. For ``fork`` a third side,
+``ghostless+preload``, runs ghostless workers whose parent imports engine.runner before forking
+(the one-line fix this bench suggests; ``--no-preload`` skips it). ``--tasks`` per side are split
+into ``--rounds`` rounds, interleaved (the order rotates every round). A round:
 
-1. every worker of the side is made busy with a ``gate`` job that blocks on a Redis list;
+1. every worker of the side is made busy with a plain RQ ``gate`` job that blocks on a Redis list;
 2. the round's jobs are enqueued (ghostless: ``Engine.submit`` -> submit script, RQ enqueue,
    dispatch script; plain: ``Queue.enqueue_many``) -- not timed: the producer is not measured;
 3. the clock starts when the gates are released and stops when RQ's finished-job registry of the
    side's queue has grown by the round's jobs (+ gates), polled every 5 ms.
 
-So each figure is the workers' drain rate: dequeue, (fork,) run, finish, for every job.
+So each figure is the workers' drain rate: dequeue, (fork,) run, finish, for every job. Per side
+it also prints the CPU per job of the workers (their reaped work-horses included, from /proc) and of
+redis-server (INFO cpu), and the Redis commands per job the server executed (INFO commandstats,
+commands run inside scripts included).
 
-Then ``--profile`` work (default on): the same no-op jobs in an in-process SimpleWorker in burst
-mode, counting the Redis round trips (socket writes: a pipeline is one) and the commands per job on
-the worker side, and a cProfile of each, to say where ghostless's extra time goes.
+Then (``--profile-jobs``, default 500) the same no-op jobs in one in-process SimpleWorker in burst
+mode: wall time per job, Redis round trips (socket writes: a pipeline is one) and commands per job
+on the worker side, and the wall time of each ghostless step (claim, checkpoints read, heartbeat
+thread start, complete); ``--show-profile`` adds cProfile tables. In burst mode RQ pops each of a
+multi-list worker's lists with LPOP (no blocking pop), so the per-priority lists add LPOPs there
+that a long-running worker (one BLPOP) does not pay.
 """
 from __future__ import annotations
 
