@@ -364,9 +364,8 @@ class TaskMachine(RuleBasedStateMachine):
             self._move(m, Q)
             self._dispatched(m)
         else:
-            # The job is made before the script refuses: a delivery of it must then be refused too.
+            # The script refuses before any job is made (the dispatch id is recorded first).
             assert self._refused(task_id, IllegalTransition, call).state == m.status.value
-            m.jobs += 1
 
     # -- worker calls -----------------------------------------------------------------------------
     @rule(index=INDEX, worker=WORKERS)
