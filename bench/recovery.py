@@ -49,14 +49,8 @@ SLACK = 0.3
 # -- helpers ----------------------------------------------------------------------------------------
 
 def stop(proc: Proc) -> None:
-    """Kill a worker and its work-horse (a horse is its own process group: Proc.stop misses it)."""
-    horses = proc.children() if proc.alive() else []
+    """Kill a worker and its work-horse, and remove its log."""
     proc.stop()
-    for pid in horses:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     proc.log.close()
     try:
         os.unlink(proc.log.name)

@@ -34,7 +34,6 @@ import collections
 import cProfile
 import io
 import os
-import signal
 import pstats
 import statistics
 import sys
@@ -58,14 +57,8 @@ P_QUEUE = "plain-tput"
 
 
 def stop(proc: Proc) -> None:
-    """Kill a worker and its work-horse (a horse is its own process group: Proc.stop misses it)."""
-    horses = proc.children() if proc.alive() else []
+    """Kill a worker and its work-horse, and remove its log."""
     proc.stop()
-    for pid in horses:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     proc.log.close()
     try:
         os.unlink(proc.log.name)

@@ -44,12 +44,13 @@ class Proc:
         return children(self.pid)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGKILL the whole session (worker and any work-horse) and reap it."""
+        """SIGKILL the whole session and any work-horse (its own process group), and reap it."""
+        horses = self.children() if self.alive() else []  # before the parent dies and they are orphaned
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        for pid in self.children():
+        for pid in horses:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
