@@ -74,7 +74,9 @@ def case_claim(engine):
 def case_heartbeat(engine):
     # A renewal is measured from the server time of the call, so a repeat may move the lease
     # deadline (hash field and lease score) forward; it answers OK (the script has no REPLAYED).
-    _, lease = claimed(engine)
+    task, lease = claimed(engine)
+    # The first renewal must be able to move the deadline: let the server clock pass the claim's ms.
+    wait_for_server_time(engine.redis, int(raw_task(engine, task.id)["started_at"]))
     return Case(engine, lambda: engine.heartbeat(lease), again=Code.OK, moving={"lease_until"})
 
 
