@@ -290,3 +290,11 @@ __all__ = [
     "persistence", "pipelined_lifecycles", "private_redis", "reset_stats", "rq_job", "script_stats", "server_cpu",
     "server_ms", "submit_call", "verdict", "verify_shim", "wait_for_server_time",
 ]
+
+
+def stop(proc) -> None:
+    """Kill a worker (tests.support.procs.Proc) and its work-horse, and remove its log."""
+    proc.stop()
+    proc.log.close()
+    with contextlib.suppress(OSError):
+        os.unlink(proc.log.name)

@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import machine, private_redis  # noqa: E402
+from bench._common import machine, private_redis, stop  # noqa: E402
 from tests.support.procs import Proc, app_env, start_sweeper, start_worker  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
@@ -48,14 +48,6 @@ SLACK = 0.3
 
 # -- helpers ----------------------------------------------------------------------------------------
 
-def stop(proc: Proc) -> None:
-    """Kill a worker and its work-horse, and remove its log."""
-    proc.stop()
-    proc.log.close()
-    try:
-        os.unlink(proc.log.name)
-    except OSError:
-        pass
 
 def server_us(r) -> int:
     sec, usec = r.time()

@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import machine, private_redis  # noqa: E402
+from bench._common import machine, private_redis, stop  # noqa: E402
 from tests.support.procs import Proc, app_env  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
@@ -56,14 +56,6 @@ P_QUEUE = "plain-tput"
 
 
 
-def stop(proc: Proc) -> None:
-    """Kill a worker and its work-horse, and remove its log."""
-    proc.stop()
-    proc.log.close()
-    try:
-        os.unlink(proc.log.name)
-    except OSError:
-        pass
 
 def registered(r, names) -> bool:
     from rq import worker_registration

@@ -195,12 +195,14 @@ class Engine(LeaseCalls):
     def dispatch_known(self, task_id: str, tt: TaskType, priority: int) -> str | None:
         """``dispatch`` when the caller already knows the task's type and priority.
         Returns None (the task stays PENDING) while its queue is draining."""
-        if self.redis.hget(self.keys.queue_key(tt.queue, "control"), "draining"):
-            return None
         dispatch_id = uuid.uuid4().hex
         # Recorded first: a worker that takes the job at once must find its dispatch id current
-        # (enqueue-then-record let an idle worker's claim arrive first and be refused).
-        self.scripts.dispatch(self.keys.task(task_id), task_id, dispatch_id, ms(self.config.requeue_after))
+        # (enqueue-then-record let an idle worker's claim arrive first and be refused). The script
+        # also answers the draining switch, so checking it costs no round trip.
+        reply = self.scripts.dispatch(self.keys.task(task_id), self.keys.queue_key(tt.queue, "control"), task_id,
+                                      dispatch_id, ms(self.config.requeue_after))
+        if reply[0] == Code.NOT_DUE:
+            return None
         self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, priority, tt.timeout)
         return dispatch_id
 

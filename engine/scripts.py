@@ -103,8 +103,9 @@ class Scripts:
             raise UnknownParent(reply[1])
         return reply
 
-    def dispatch(self, keys: TaskKeys, task_id: str, dispatch_id: str, requeue_ms: int) -> list:
-        return refuse(self.call("dispatch", keys, [dispatch_id, requeue_ms]), "dispatch", task_id)
+    def dispatch(self, keys: TaskKeys, control: str, task_id: str, dispatch_id: str, requeue_ms: int) -> list:
+        """NOT_DUE while the queue drains: the caller then makes no job."""
+        return refuse(self.call("dispatch", [*keys, control], [dispatch_id, requeue_ms]), "dispatch", task_id)
 
     def claim(self, keys: TaskKeys, task_id: str, worker: str, claim_id: str, dispatch_id: str,
               types: str, breaker_key: str | None = None, breaker_spec: str = "") -> list:

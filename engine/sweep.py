@@ -114,7 +114,7 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
 
     if dispatching:
         seen = set(promoted)
-        _redispatch(engine, promoted + [t for t in dispatch_ids if t not in seen], report)
+        _redispatch(engine, queue, promoted + [t for t in dispatch_ids if t not in seen], report)
     return any(len(ids) >= batch for ids in lists)
 
 
@@ -133,7 +133,7 @@ def _purge(engine, queue: str, task_ids: list[str]) -> int:
     return sum(parse(r)[0] == Code.OK for r in pipe.execute())
 
 
-def _redispatch(engine, task_ids: list[str], report: SweepReport) -> None:
+def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport) -> None:
     pipe = engine.redis.pipeline(transaction=False)
     for tid in task_ids:
         pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type", "priority")
@@ -144,7 +144,8 @@ def _redispatch(engine, task_ids: list[str], report: SweepReport) -> None:
         try:
             if status == State.QUEUED.value and dispatch_id and engine.dispatcher.job_exists(dispatch_id):
                 # The job is still waiting: look again after requeue_after.
-                engine.scripts.dispatch(engine.keys.task(tid), tid, dispatch_id, _requeue_ms(engine))
+                engine.scripts.dispatch(engine.keys.task(tid), engine.keys.queue_key(queue, "control"), tid,
+                                        dispatch_id, _requeue_ms(engine))
                 report.refreshed += 1
             else:
                 engine.dispatch_known(tid, engine.registry.get(type_name), int(priority or 0))

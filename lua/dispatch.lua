@@ -1,11 +1,13 @@
 -- Dispatch: records that an executor job now exists for the task (or exists again, after a lost one).
 -- From: PENDING, QUEUED
 -- To: QUEUED
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys); KEYS[T+1]: the queue's
+--   control hash (its 'draining' switch)
 -- ARGV[1..4]: engine config; ARGV[5]: dispatch id (the executor's job id);
 --   ARGV[6]: ms until the sweeper checks that the job still exists
 -- Returns: {OK, version} | {REPLAYED, version} when this dispatch id is already current (its
 --   job still exists: the sweeper's next check moves to ARGV[6] from now) |
+--   {NOT_DUE} while the queue is draining (nothing changes; no job may be made) |
 --   {NOT_FOUND} | {ILLEGAL_TRANSITION, state}
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
@@ -15,6 +17,7 @@ if t.dispatch_id == ARGV[5] then
   return {C.REPLAYED, t.version}
 end
 if not LEGAL.dispatch[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
+if redis.call('HEXISTS', KEYS[T + 1], 'draining') == 1 then return {C.NOT_DUE} end
 
 local reason = ''
 if t.status == 'QUEUED' then reason = 'redispatch' end

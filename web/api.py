@@ -81,10 +81,7 @@ def _number(name: str, low: float, high: float, integer: bool = False, default=N
 # -- tasks ------------------------------------------------------------------------------------------
 @bp.post("/tasks")
 def submit():
-    body = json_body()
-    unknown = sorted(set(body) - SUBMIT_FIELDS)
-    if unknown:
-        raise ApiError(400, "invalid", f"unknown field(s): {', '.join(unknown)[:200]}")
+    body = json_body(fields=SUBMIT_FIELDS)
     engine = get_engine()
     type_name = _text("type", body.get("type"), optional=False)
     key = _text("idempotency_key", body.get("idempotency_key"))

@@ -14,11 +14,20 @@ from .errors import ApiError
 FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
 
 
-def json_body(required: bool = True) -> dict:
+def json_body(required: bool = True, fields: frozenset | None = None) -> dict:
     """The request body as a JSON object (a form body: its fields but ``csrf_token``).
 
-    Raises ApiError 400 for anything else; werkzeug raises 413 past MAX_CONTENT_LENGTH.
+    Raises ApiError 400 for anything else, or for a field outside ``fields`` when given;
+    werkzeug raises 413 past MAX_CONTENT_LENGTH.
     """
+    body = _body(required)
+    unknown = sorted(set(body) - fields) if fields is not None else []
+    if unknown:
+        raise ApiError(400, "invalid", f"unknown field(s): {', '.join(unknown)[:200]}")
+    return body
+
+
+def _body(required: bool) -> dict:
     if request.mimetype in FORM_TYPES:
         return {k: v for k, v in request.form.items() if k != "csrf_token"}
     data = request.get_data(cache=True)

@@ -49,3 +49,12 @@ def test_a_draining_queue_dispatches_nothing_until_resumed(engine):
     dispatching.drain("images", False)
     dispatching.dispatch(task.id)
     assert dispatching.get(task.id).status == State.QUEUED and len(executor.enqueued) == 1
+
+
+def test_the_dispatch_script_itself_refuses_while_the_queue_drains(engine):
+    executor = FakeDispatcher()
+    dispatching = sibling(engine, dispatcher=executor)
+    fresh = engine.submit("render", {}, owner="alice")  # PENDING: that engine has no executor
+    dispatching.drain("images")
+    assert dispatching.dispatch(fresh.id) is None  # one script call: refused, nothing made
+    assert dispatching.get(fresh.id).status == State.PENDING and executor.dispatches(fresh.id) == []

@@ -12,6 +12,7 @@ from tests.support.snapshots import (
 from tests.support.wait import server_ms, wait_for_server_time
 
 VERBS = ["heartbeat", "stage", "progress", "checkpoint"]
+ALL_VERBS = VERBS + ["complete", "fail", "release"]  # every call that carries the lease
 
 
 # -- heartbeat ------------------------------------------------------------------------------------
@@ -111,16 +112,16 @@ def test_checkpoint_is_kept_for_the_next_attempt(engine):
     assert engine.check() == []
 
 
-# -- every lease-holder call: NOT_FOUND, LEASE_LOST (fencing), CANCELLED ---------------------------
+# -- every lease-holder call, ending ones too: NOT_FOUND, LEASE_LOST (fencing), CANCELLED------------------------
 
-@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("verb", ALL_VERBS)
 def test_holder_call_on_a_task_that_does_not_exist_is_task_not_found(engine, verb):
     with pytest.raises(TaskNotFound):
         HOLDER_CALLS[verb](engine, ghost_lease())
     assert engine.redis.keys("*0123456789abcdef0123*") == []
 
 
-@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("verb", ALL_VERBS)
 def test_holder_call_with_a_stale_token_is_refused_counted_and_recorded_and_changes_nothing_else(engine, verb):
     task, stale, current = reclaimed(engine)
     before = snapshot(engine, task.id)
@@ -144,7 +145,7 @@ def test_holder_call_after_the_task_ended_is_lease_lost(engine, verb):
     assert_only_stale_recorded(engine, before, task.id, verb, lease.token)
 
 
-@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("verb", ALL_VERBS)
 def test_holder_call_on_a_task_cancelled_under_it_is_task_cancelled(engine, verb):
     task, lease = claimed(engine)
     engine.cancel(task.id, by="alice")

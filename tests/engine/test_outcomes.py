@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from engine import Backoff, LeaseLost, State, TaskCancelled, TaskNotFound
+from engine import Backoff, LeaseLost, State
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import (
-    HOLDER_CALLS, assert_only_stale_recorded, claimed, ghost_lease, queue_snapshot, raw_task, reclaimed, sibling,
+    HOLDER_CALLS, assert_only_stale_recorded, claimed, queue_snapshot, raw_task, sibling,
     snapshot,
 )
 from tests.support.wait import wait_for_server_time
@@ -171,26 +171,7 @@ def test_release_repeated_with_the_same_lease_is_replayed_and_changes_nothing(en
     assert snapshot(engine, task.id) == before
 
 
-# -- every ending call: NOT_FOUND, LEASE_LOST (fencing), CANCELLED ---------------------------------
-
-@pytest.mark.parametrize("verb", VERBS)
-def test_ending_call_on_a_task_that_does_not_exist_is_task_not_found(engine, verb):
-    with pytest.raises(TaskNotFound):
-        HOLDER_CALLS[verb](engine, ghost_lease())
-    assert engine.redis.keys("*0123456789abcdef0123*") == []
-
-
-@pytest.mark.parametrize("verb", VERBS)
-def test_ending_call_with_a_stale_token_is_refused_counted_and_recorded_and_changes_nothing_else(engine, verb):
-    task, stale, current = reclaimed(engine)
-    before = snapshot(engine, task.id)
-    with pytest.raises(LeaseLost) as err:
-        HOLDER_CALLS[verb](engine, stale)
-    assert type(err.value) is LeaseLost
-    assert (err.value.task_id, err.value.token, err.value.state) == (task.id, 1, State.PROCESSING)
-    assert_only_stale_recorded(engine, before, task.id, verb, stale.token)
-    assert engine.complete(current, {"ok": 1}) == State.SUCCESS  # the current holder is unaffected
-    assert engine.check() == []
+# -- every ending call (NOT_FOUND, stale tokens, CANCELLED: tests/engine/test_lease_holder.py) -------
 
 
 @pytest.mark.parametrize("verb", VERBS)
@@ -202,20 +183,6 @@ def test_ending_call_after_another_outcome_with_the_same_lease_is_lease_lost(eng
     with pytest.raises(LeaseLost):
         HOLDER_CALLS[verb](engine, lease)
     assert_only_stale_recorded(engine, before, task.id, verb, lease.token)
-
-
-@pytest.mark.parametrize("verb", VERBS)
-def test_ending_call_on_a_task_cancelled_under_it_is_refused_as_cancelled(engine, verb):
-    task, lease = claimed(engine)
-    engine.cancel(task.id, by="alice")
-    before = snapshot(engine, task.id)
-    with pytest.raises(TaskCancelled) as err:
-        HOLDER_CALLS[verb](engine, lease)
-    assert (err.value.token, err.value.state) == (lease.token, "CANCELLED")
-    assert_only_stale_recorded(engine, before, task.id, verb, lease.token)
-    got = engine.get(task.id)
-    assert (got.status, got.result) == (State.CANCELLED, None)
-    assert engine.check() == []
 
 
 def test_time_in_stage_counts_the_last_stage_when_the_attempt_ends(engine):
