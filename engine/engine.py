@@ -71,8 +71,7 @@ class Engine(LeaseCalls):
     def from_url(cls, url: str | None = None, **kwargs) -> "Engine":
         """An engine on the Redis at ``url``; without one, ``GHOSTLESS_REDIS_URL`` or the local default."""
         url = url or os.environ.get("GHOSTLESS_REDIS_URL") or DEFAULT_URL
-        return cls(redis_lib.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5,
-                                            health_check_interval=30), **kwargs)
+        return cls(redis_lib.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), **kwargs)
 
     # -- registry ---------------------------------------------------------------------------------
     def task(self, name: str | None = None, *, queue: str = "default", timeout: float = 600.0,

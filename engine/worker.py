@@ -91,6 +91,15 @@ class _EngineHooks:
 class GhostlessWorker(_EngineHooks, Worker):
     """Fork worker: isolation per attempt, instant report of a dead work-horse."""
 
+    def main_work_horse(self, job, queue):
+        # In the horse, RQ's few short commands go through the engine's pool: one new connection
+        # per horse instead of two. (The parent keeps its own pool for RQ, whose blocking dequeue
+        # needs a long socket timeout: see rq_connection.)
+        pool = getattr(self.engine.redis, "connection_pool", None)
+        if isinstance(pool, redis.ConnectionPool) and self.connection is not self.engine.redis:
+            self.connection.connection_pool = pool
+        super().main_work_horse(job, queue)
+
     def setup_work_horse_signals(self):
         super().setup_work_horse_signals()
         signal.signal(signal.SIGUSR1, lambda *_: runtime.request_shutdown())
@@ -146,6 +155,27 @@ def ride_out_redis_restarts(client, retries: int = REDIS_RETRIES) -> None:
                                supported_errors=(redis.ConnectionError,)))
 
 
+def resolve_driver_info_once(client) -> None:
+    """Give the client's pool one resolved DriverInfo for every connection it will open.
+
+    redis-py (8.x) otherwise resolves its own version for each new connection by reading and
+    parsing its package metadata from disk (``importlib.metadata.version``: about 1 ms). A
+    fork worker's work-horse opens its connections afresh for every job, so every job paid
+    that twice (its engine connection and RQ's). Resolved here, in the worker's parent, once.
+    """
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict) or "driver_info" in kwargs:  # set by the user (None: no CLIENT SETINFO)
+        return
+    try:
+        from redis.driver_info import resolve_driver_info
+        from redis.utils import SENTINEL
+    except ImportError:  # a redis-py without DriverInfo: nothing to resolve
+        return
+    kwargs["driver_info"] = resolve_driver_info(SENTINEL, kwargs.pop("lib_name", SENTINEL),
+                                                kwargs.pop("lib_version", SENTINEL))
+
+
 def rq_connection(client):
     """A client of its own for RQ, on the same server and settings.
 
@@ -171,6 +201,7 @@ def build_worker(engine, queues: list[str] | None = None, worker_class: str = "f
         raise ValueError("no queues: register task types in the app or name queues on the command line")
     cls = GhostlessWorker if worker_class == "fork" else GhostlessSimpleWorker
     ride_out_redis_restarts(engine.redis)
+    resolve_driver_info_once(engine.redis)
     # Highest priority first across all the worker's queues: BLPOP takes the first non-empty list.
     by_queue = [rq_queue_names(engine.keys.ns, q) for q in names]
     lists = [level[i] for i in range(len(by_queue[0])) for level in by_queue]
