@@ -4,10 +4,14 @@ Independent of the task code. On cancellation, lease loss, Redis being
 unreachable past the lease, or a shutdown past its grace, it asks the function
 to stop (``ctx.cancelled``) and, if the function has not returned after the
 grace period, stops the attempt by force through ``force_stop(reason)``.
+
+Threads are kept for the next attempt of the same process (a simple worker runs attempts one
+after another): starting a thread per attempt cost about 0.1 ms of a no-op job's ~3 ms.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -21,9 +25,8 @@ log = logging.getLogger("ghostless.heartbeat")
 POLL = 0.1  # how often the thread looks at its flags; heartbeats themselves go at lease / 3
 
 
-class Heartbeat(threading.Thread):
+class Heartbeat:
     def __init__(self, engine, ctx: TaskContext, force_stop, grace: float = 10.0, max_failures: int = 3):
-        super().__init__(name=f"ghostless-heartbeat-{ctx.task_id}", daemon=True)
         self.engine, self.ctx, self.force_stop = engine, ctx, force_stop
         self.grace, self.max_failures = grace, max_failures
         self.interval = ctx.lease.lease / 3
@@ -33,8 +36,12 @@ class Heartbeat(threading.Thread):
         self._stop_at: float | None = None  # monotonic time of the forced stop
         self._stop_reason = ""
 
+    def start(self) -> None:
+        """Start beating, on an idle heartbeat thread of this process or a new one."""
+        _Beater.take().give(self)
+
     def stop(self) -> None:
-        """The function returned: end the thread."""
+        """The function returned: stop beating (the thread waits for the next attempt)."""
         self._done.set()
 
     def run(self) -> None:
@@ -83,3 +90,42 @@ class Heartbeat(threading.Thread):
         if self._stop_at is None:
             self._stop_reason = reason
             self._stop_at = time.monotonic() + max(0.0, self.grace - elapsed)
+
+
+class _Beater(threading.Thread):
+    """A daemon thread that runs one Heartbeat after another."""
+
+    _idle: list["_Beater"] = []
+    _lock = threading.Lock()
+    _pid = os.getpid()
+
+    def __init__(self):
+        super().__init__(name="ghostless-heartbeat", daemon=True)
+        self._next: Heartbeat | None = None
+        self._given = threading.Event()
+
+    @classmethod
+    def take(cls) -> "_Beater":
+        with cls._lock:
+            if cls._pid != os.getpid():  # a forked child: the parent's threads did not come along
+                cls._idle, cls._pid = [], os.getpid()
+            if cls._idle:
+                return cls._idle.pop()
+        beater = cls()
+        beater.start()
+        return beater
+
+    def give(self, hb: Heartbeat) -> None:
+        self._next = hb
+        self._given.set()
+
+    def run(self) -> None:
+        while True:
+            self._given.wait()
+            self._given.clear()
+            hb, self._next = self._next, None
+            try:
+                hb.run()
+            finally:
+                with self._lock:
+                    self._idle.append(self)
