@@ -317,8 +317,8 @@ class Engine(LeaseCalls):
                        "expire", task_id)
         if reply[0] == Code.NOT_DUE:
             raise IllegalTransition(task_id, self.get(task_id).status.value, "reclaim")
-        if reply[1] == State.RETRY_WAITING.value:
-            self._retry_now(task_id)
+        if reply[1] == State.PENDING.value and self.dispatcher.active:  # promoted in the same call
+            self.dispatch(task_id)
         return self.get(task_id).status
 
     def retry_failed(self, type: str, *, by: str, queue: str | None = None) -> int:

@@ -88,21 +88,17 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     if next_ms >= 0:
         report.next_in = next_ms / 1000 if report.next_in is None else min(report.next_in, next_ms / 1000)
 
-    waiting = []
+    promoted = []  # a lost heartbeat retries at once: expire promotes it in the same call
     for tid, r in zip(lease_ids, _run(engine, "expire", lease_ids, lambda _: [random.random()])):
         if r[0] == Code.OK:
             report.expired += 1
             report.timed_out += r[1] == State.TIMEOUT.value
             reason = r[2].split(":")[0]
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
-            if r[1] == State.RETRY_WAITING.value:
-                waiting.append(tid)
-    # A lost heartbeat retries at once: promote those in this same tick (NOT_DUE for the others).
-    seen = set(waiting)
-    retry_ids = waiting + [t for t in retry_ids if t not in seen]
-
-    promoted = [tid for tid, r in zip(retry_ids, _run(engine, "promote", retry_ids, lambda _: []))
-                if r[0] == Code.OK]
+            if r[1] == State.PENDING.value:
+                promoted.append(tid)
+    promoted += [tid for tid, r in zip(retry_ids, _run(engine, "promote", retry_ids, lambda _: []))
+                 if r[0] == Code.OK]
     report.promoted += len(promoted)
 
     report.purged += _purge(engine, queue, expiry_ids)

@@ -2,12 +2,15 @@
 -- admin reclaims a stuck task now).
 -- From: PROCESSING
 -- To: TIMEOUT, RETRY_WAITING
+-- Then: promote, in the same call, when the retry is due at once (a lost heartbeat, an admin's
+--   reclaim): RETRY_WAITING -> PENDING, recorded as promote (lib/record: promote_now)
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: random number in [0, 1) for backoff jitter;
 --   ARGV[6]: the admin reclaiming it now, whatever its deadlines ('' = the sweeper)
 -- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)
--- Returns: {OK, state, reason} | {NOT_DUE} when the deadline has not passed or the task left
---   PROCESSING meanwhile (compare-and-set lost; several sweepers may race) | {NOT_FOUND}
+-- Returns: {OK, state, reason} (state: TIMEOUT, RETRY_WAITING, or PENDING when promoted) |
+--   {NOT_DUE} when the deadline has not passed or the task left PROCESSING meanwhile
+--   (compare-and-set lost; several sweepers may race) | {NOT_FOUND}
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
 if t.status ~= 'PROCESSING' then return {C.NOT_DUE} end
@@ -35,5 +38,6 @@ if retries then
   if reason ~= 'heartbeat_lost' and by == '' then at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[5])) end
   change(K, t, 'expire', 'RETRY_WAITING', now, at, {next_retry_at = at, finished_at = ''},
     {reason = reason})
+  if at <= now then promote_now(K, t, now) end
 end
 return finish({C.OK, t.status, reason})

@@ -11,5 +11,5 @@ local now = now_ms()
 if tonumber(t.next_retry_at) > now then return {C.NOT_DUE} end
 
 -- Due for dispatch now: the sweeper dispatches it right after promoting.
-change(K, t, 'promote', 'PENDING', now, now, {next_retry_at = ''}, {})
+promote_now(K, t, now)
 return {C.OK, t.version}

@@ -115,6 +115,12 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   if TERMINAL[to] and not passing then notify(K, t, 'terminal', now) end
 end
 
+-- RETRY_WAITING -> PENDING, due for dispatch now: the promote verb (lua/promote.lua; expire
+-- chains into it when the retry is due at once, saving the sweeper a second call).
+local function promote_now(K, t, now)
+  change(K, t, 'promote', 'PENDING', now, now, {next_retry_at = ''}, {})
+end
+
 -- A change inside PROCESSING (stage, progress): new version, an event, no state change.
 local function touch(K, t, now, fields, kind, ev, hist)
   fields.updated_at = now

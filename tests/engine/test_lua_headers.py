@@ -31,7 +31,7 @@ def split(name: str) -> tuple[dict[str, str], str]:
         if text.startswith("   ") and current:  # a continuation line
             fields[current] += " " + text.strip()
             continue
-        m = re.match(r" (From|To|Returns):\s*(.*)$", text)
+        m = re.match(r" (From|To|Then|Returns):\s*(.*)$", text)
         current = m.group(1) if m else f"line{i}"
         fields[current] = m.group(2) if m else text.strip()
     return fields, "\n".join(lines)
@@ -117,6 +117,20 @@ def test_every_state_change_in_the_body_is_its_own_verb_to_a_state_of_its_header
     for verb, target in re.findall(r"change\(\w+, \w+, '(\w+)', '(\w+)'", body):
         assert verb == name
         assert State(target) in states(fields["To"])
+
+
+# lib/record.lua helpers that record another verb's transition, and that verb.
+CHAINS = {"promote_now": "promote"}
+
+
+@pytest.mark.parametrize("name", LUA_FILES)
+def test_a_script_chains_into_another_verb_only_as_its_header_says_and_the_table_allows(name):
+    fields, body = split(name)
+    chained = {verb for helper, verb in CHAINS.items() if re.search(rf"\b{helper}\(", body)} - {name}
+    named = set(re.findall(r"^(\w+)", fields.get("Then", "")))
+    assert chained == named
+    for verb in chained:  # the chained verb starts from a state this script ends in
+        assert TRANSITIONS[verb].sources & states(fields["To"])
 
 
 @pytest.mark.parametrize("name", LUA_FILES)
