@@ -219,9 +219,9 @@ def breakdown(r, engine, n: int = 3000) -> None:
 
     keys = list(engine.keys.task(ids[0]))
     args = [*engine.config.script_argv(), *range(16)]
-    prefix = source("due").split("-- lua/due.lua")[0]
+    prefix = source("claim").split("-- lua/claim.lua")[0]
     for label, body in [("empty script, same keys/args", "return 1"),
-                        ("preamble + lua/lib, then return", prefix + "\ndo return 1 end")]:
+                        ("preamble + claim's lua/lib, then return", prefix + "\ndo return 1 end")]:
         script = r.register_script(body)
         script(keys=keys, args=args)
         reset_stats(r)

@@ -1,12 +1,14 @@
 """The one place that loads Lua and calls it: one typed wrapper per script.
 
 Each script is sent as: a generated preamble (return codes, the transition
-table and the key layout, all from Python), the shared helpers of ``lua/lib``,
-then ``lua/<verb>.lua``. redis-py's ``Script`` runs it by EVALSHA and reloads it
+table and the key layout, all from Python), the shared helpers of ``lua/lib`` that the
+script calls (a script pays for building only what it uses, on every call), then
+``lua/<verb>.lua``. redis-py's ``Script`` runs it by EVALSHA and reloads it
 on NOSCRIPT (after ``SCRIPT FLUSH`` or a Redis restart).
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -61,8 +63,28 @@ local CFG = {{stream_max = tonumber(ARGV[1]), history_max = tonumber(ARGV[2]),
 @lru_cache(maxsize=None)
 def source(name: str) -> str:
     """The full text EVALSHA runs for script ``name``."""
-    libs = "\n".join((LUA_DIR / "lib" / f"{lib}.lua").read_text() for lib in LIBS)
+    libs = "\n".join(_lib_text(lib) for lib in needed_libs(name))
     return f"{preamble(name)}\n{libs}\n-- lua/{name}.lua\n{(LUA_DIR / f'{name}.lua').read_text()}"
+
+
+@lru_cache(maxsize=None)
+def _lib_text(lib: str) -> str:
+    return (LUA_DIR / "lib" / f"{lib}.lua").read_text()
+
+
+def _defines(lib: str) -> set[str]:
+    return set(re.findall(r"^local (?:function )?(\w+)", _lib_text(lib), re.M))
+
+
+@lru_cache(maxsize=None)
+def needed_libs(name: str) -> tuple[str, ...]:
+    """The libs script ``name`` calls into, with the libs those call into (in LIBS order)."""
+    text, needed = (LUA_DIR / f"{name}.lua").read_text(), set()
+    for lib in reversed(LIBS):  # a lib only calls into libs before it
+        if lib in needed or any(re.search(rf"\b{word}\b", text) for word in _defines(lib)):
+            needed.add(lib)
+            text += _lib_text(lib)
+    return tuple(lib for lib in LIBS if lib in needed)
 
 
 def _dec(v):

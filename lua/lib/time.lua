@@ -1,5 +1,5 @@
 --- Server time. The only clock any script reads: Redis TIME, in milliseconds.
-if redis.replicate_commands then redis.replicate_commands() end  -- Redis 6.2: effects replication
+-- Writes after TIME replicate as effects: the default since Redis 5 (the engine needs 6.2).
 
 local function now_ms()
   local t = redis.call('TIME')
