@@ -7,15 +7,13 @@ Environment: ``GHOSTLESS_REDIS_URL`` (a private redis-server, never the shared 6
   Redis server TIME into ``bench:entered:<task id>`` ("<attempt> <server time in us> <pid>"); the
   first attempt then holds until it is killed, a later attempt returns at once.
   ``victim`` uses the engine's default lease (TaskType.lease, 15 s), ``victim_5s`` a 5 s lease.
-- ``noop`` / ``noop_pre``: throughput bench (bench/throughput.py): return None. With
-  ``BENCH_PRELOAD_RUNNER=1`` the app imports engine.runner (the proposed fix, see the bench).
+- ``noop``: throughput bench (bench/throughput.py): returns None.
 
 Plain-RQ counterparts live in bench/plain_jobs.py (no engine import: a plain RQ horse should pay
 for nothing ghostless needs).
 """
 from __future__ import annotations
 
-import importlib
 import os
 import time
 
@@ -51,8 +49,3 @@ def noop(ctx, n=0):
 
 
 engine.task("noop", queue="tput", timeout=60, max_attempts=1)(noop)
-# Throughput side "ghostless+preload" (bench/throughput.py): the same no-op on its own queue, served by
-# workers whose parent imports engine.runner before forking, so a work-horse need not import it per job.
-engine.task("noop_pre", queue="tput_pre", timeout=60, max_attempts=1)(noop)
-if os.environ.get("BENCH_PRELOAD_RUNNER") == "1":
-    importlib.import_module("engine.runner")

@@ -5,8 +5,10 @@
 For each worker class (``simple``, then ``fork``), 2 ghostless workers (``ghostless worker``) and 2
 plain RQ workers (bench/plain_worker.py: RQ defaults, JSON serializer) run side by side on one
 private redis-server (AOF on, everysec), all at log level WARNING. For ``fork`` a third side,
-``ghostless+preload``, runs ghostless workers whose parent imports engine.runner before forking
-(the one-line fix this bench suggests; ``--no-preload`` skips it). ``--tasks`` per side are split
+``plain+resolved``, runs plain RQ workers given the one fix of ghostless's worker that plain RQ
+could also take: redis-py's DriverInfo resolved once for the pool (redis-py 8 otherwise reads its
+package metadata for every new connection, and a work-horse opens one per job); ``--no-resolved``
+skips it. ``--tasks`` per side are split
 into ``--rounds`` rounds, interleaved (the order rotates every round). A round:
 
 1. every worker of the side is made busy with a plain RQ ``gate`` job that blocks on a Redis list;
@@ -84,16 +86,17 @@ def finished(r, queue: str) -> int:
 class Side:
     """One side of the comparison: how to start its workers, gate them and enqueue its jobs.
 
-    kind: ``ghostless`` (engine queue ``tput``), ``ghostless+preload`` (engine queue ``tput_pre``,
-    workers whose parent imports engine.runner before forking: the proposed one-line fix) or
-    ``plain`` (RQ queue ``plain-tput``).
+    kind: ``ghostless`` (engine queue ``tput``), ``plain`` (RQ queue ``plain-tput``) or
+    ``plain+resolved`` (RQ queue ``plain-tput-resolved``: plain RQ workers whose redis-py pool has
+    its DriverInfo resolved once, as ghostless's worker does).
     """
 
     def __init__(self, kind: str, engine, r, url: str, env: dict):
         self.kind, self.engine, self.r, self.url = kind, engine, r, url
-        self.task_queue = {"ghostless": "tput", "ghostless+preload": "tput_pre"}.get(kind)
-        self.queue = f"{NS}.{self.task_queue}" if self.task_queue else P_QUEUE  # the RQ queue
-        self.env = dict(env, BENCH_PRELOAD_RUNNER="1" if kind == "ghostless+preload" else "")
+        self.task_queue = "tput" if kind == "ghostless" else None
+        # the RQ queue
+        self.queue = f"{NS}.{self.task_queue}" if self.task_queue else P_QUEUE + kind[len("plain"):].replace("+", "-")
+        self.env = env
         self.workers: list[Proc] = []
         self.cpu_ms: list[float] = []  # per round: worker CPU ms per job
         self.redis_ms: list[float] = []  # per round: redis-server CPU ms per job
@@ -109,8 +112,9 @@ class Side:
                 p = Proc(args, self.env)
             else:
                 env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-                p = Proc([sys.executable, "bench/plain_worker.py", self.url, P_QUEUE, "--class", worker_class,
-                          "--log-level", "WARNING"], env)
+                p = Proc([sys.executable, "bench/plain_worker.py", self.url, self.queue, "--class", worker_class,
+                          "--log-level", "WARNING", *(["--resolve-driver-info"] if self.kind == "plain+resolved" else [])],
+                         env)
                 name = None
             self.workers.append(p)
             names.append(name)
@@ -118,7 +122,7 @@ class Side:
             wait_until(lambda: registered(self.r, names), 60, what="ghostless workers")
         else:
             from rq import Queue, Worker
-            wait_until(lambda: Worker.count(connection=self.r, queue=Queue(P_QUEUE, connection=self.r)) >= n,
+            wait_until(lambda: Worker.count(connection=self.r, queue=Queue(self.queue, connection=self.r)) >= n,
                        60, what="plain workers")
 
     def stop(self) -> None:
@@ -128,13 +132,12 @@ class Side:
 
     def enqueue(self, n: int) -> None:
         if self.task_queue:
-            func = "noop" if self.task_queue == "tput" else "noop_pre"
             for i in range(n):
-                self.engine.submit(func, {"n": i}, owner="bench")
+                self.engine.submit("noop", {"n": i}, owner="bench")
         else:
             from rq import Queue
             from rq.serializers import JSONSerializer
-            q = Queue(P_QUEUE, connection=self.r, serializer=JSONSerializer)
+            q = Queue(self.queue, connection=self.r, serializer=JSONSerializer)
             for start in range(0, n, 500):
                 q.enqueue_many([Queue.prepare_data("bench.plain_jobs.noop", args=(i,))
                                 for i in range(start, min(n, start + 500))])
@@ -359,8 +362,8 @@ def main() -> int:
     ap.add_argument("--classes", default="simple,fork")
     ap.add_argument("--profile-jobs", type=int, default=500, help="0: skip the in-process profile")
     ap.add_argument("--show-profile", action="store_true", help="print the cProfile tables")
-    ap.add_argument("--no-preload", dest="preload", action="store_false",
-                    help="skip the fork-class side whose worker parent preloads engine.runner")
+    ap.add_argument("--no-resolved", dest="resolved", action="store_false",
+                    help="skip the fork-class side of plain RQ workers with redis-py's DriverInfo resolved once")
     a = ap.parse_args()
     print(machine())
     results = {}
@@ -372,7 +375,7 @@ def main() -> int:
         r = srv.client()
         env = app_env(srv.url, NS, GHOSTLESS_BENCH_NS=NS)
         for cls in filter(None, a.classes.split(",")):
-            kinds = ["ghostless", "plain"] + (["ghostless+preload"] if cls == "fork" and a.preload else [])
+            kinds = ["ghostless", "plain"] + (["plain+resolved"] if cls == "fork" and a.resolved else [])
             sides = [Side(k, engine, r, srv.url, env) for k in kinds]
             print(f"{cls} workers x{a.workers}: {a.tasks} jobs per side in {a.rounds} interleaved rounds "
                   f"({', '.join(kinds)})", flush=True)
@@ -388,13 +391,17 @@ def main() -> int:
         print(f"{cls} workers x{a.workers}:")
         for k, rate in res["rate"].items():
             line = f"  {k:17s} {rate:6.0f} jobs/s"
-            if k != "plain":
-                rr = res["round_ratios"][k]
+            rr = res["round_ratios"][k]
+            spread = f"(per round {min(rr):.2f}..{max(rr):.2f}, median {statistics.median(rr):.2f})"
+            if k == "ghostless":
                 passed = res["ratio"][k] >= TARGET
-                if k == "ghostless":
-                    ok &= passed
-                line += (f"  ratio to plain RQ {res['ratio'][k]:.2f} (per round {min(rr):.2f}..{max(rr):.2f}, "
-                         f"median {statistics.median(rr):.2f})  target >= {TARGET} {'PASS' if passed else 'FAIL'}")
+                ok &= passed
+                line += (f"  ratio to plain RQ {res['ratio'][k]:.2f} {spread}  target >= {TARGET} "
+                         f"{'PASS' if passed else 'FAIL'}")
+            elif k != "plain":
+                ghostless = res["rate"]["ghostless"] / rate
+                line += (f"  {res['ratio'][k]:.2f} x plain RQ {spread}; ghostless = {ghostless:.2f} x this side "
+                         "(diagnostic: plain RQ with the same redis-py fix)")
             print(line)
         for k in res["rate"]:
             w, rs = res["cpu"][k]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import time
 
 from engine import Backoff, Breaker, Engine, PermanentError
 
