@@ -17,9 +17,11 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m engine.demo $(ARGS)
 
-# Every benchmark, each beside its baseline, written to docs/benchmarks.md (several minutes).
+# Every benchmark, each beside its baseline, written to docs/benchmarks.md (several minutes; installs the
+# pyproject [bench] extras: flask-sse and gevent for bench/sse.py).
 # One of them: make bench ARGS=core.py
 bench: $(STAMP)
+	$(BIN)/pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['bench']))")
 	$(BIN)/python bench/run_all.py $(ARGS)
 
 # The chaos soak at full size (tests/chaos/test_soak.py runs 500 tasks in `make test`).

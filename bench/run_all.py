@@ -2,7 +2,8 @@
 
 Each benchmark measures ghostless beside its baseline (a trivial EVALSHA, plain RQ, flask-sse) in
 the same run and prints its figures with their targets; this collects their output as is, with the
-machine, the load average while each ran, and how long each took.
+machine, the load average while each ran, when and how long each took. ``make bench ARGS=sse.py``
+runs one and replaces only its section of docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ BENCHES = [  # (script, what it measures)
 
 def main(argv: list[str]) -> int:
     only = set(argv)
-    sections, failed = [], []
+    doc_path = ROOT / "docs" / "benchmarks.md"
+    sections = _sections(doc_path.read_text()) if only and doc_path.exists() else {}
+    failed = []
     for script, what in BENCHES:
         if only and script not in only:
             continue
@@ -41,16 +44,26 @@ def main(argv: list[str]) -> int:
         print(output, flush=True)
         if run.returncode:
             failed.append(script)
-        sections.append(f"## bench/{script}\n\n{what}. Took {took:.0f} s; load average {load:.1f} at the "
-                        f"start{'; exit code ' + str(run.returncode) if run.returncode else ''}.\n\n"
-                        f"```\n{output}\n```\n")
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    doc = (f"# Benchmarks\n\nWritten by `make bench` ({stamp}). Every figure is measured beside its "
-           f"baseline in the same run on this machine, which is shared and noisy: ratios and CPU per "
-           f"operation are steadier than rates.\n\n```\n{machine()}\n```\n\n" + "\n".join(sections))
-    (ROOT / "docs" / "benchmarks.md").write_text(doc)
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        sections[script] = (f"## bench/{script}\n\n{what}. Run {stamp}; took {took:.0f} s; load average {load:.1f} "
+                            f"at the start{'; exit code ' + str(run.returncode) if run.returncode else ''} (a "
+                            f"missed target exits 1).\n\n```\n{output}\n```\n")
+    doc = ("# Benchmarks\n\nWritten by `make bench`. Every figure is measured beside its baseline in the same "
+           "run on this machine, which is shared and noisy: ratios and CPU per operation are steadier than "
+           f"rates.\n\n```\n{machine()}\n```\n\n"
+           + "\n".join(sections[script] for script, _ in BENCHES if script in sections))
+    doc_path.write_text(doc)
     print(f"wrote docs/benchmarks.md{' (failed: ' + ', '.join(failed) + ')' if failed else ''}")
     return 1 if failed else 0
+
+
+def _sections(doc: str) -> dict[str, str]:
+    """The ``## bench/<script>`` sections of an existing docs/benchmarks.md, by script."""
+    out = {}
+    for part in doc.split("\n## bench/")[1:]:
+        script = part.split("\n", 1)[0].strip()
+        out[script] = "## bench/" + part.rstrip("\n") + "\n"
+    return out
 
 
 if __name__ == "__main__":

@@ -1,0 +1,65 @@
+"""Heartbeat threads: kept for the next attempt of the same process (a simple worker runs
+attempts one after another), never shared while one is still busy."""
+import threading
+
+from engine import State
+from engine.context import TaskContext
+from engine.heartbeat import Heartbeat
+from engine.models import Lease
+from engine.runner import execute
+from tests.support.wait import wait_until
+
+
+def beaters() -> set[int]:
+    return {t.ident for t in threading.enumerate() if t.name == "ghostless-heartbeat"}
+
+
+def test_attempts_run_one_after_another_share_one_heartbeat_thread(engine):
+    seen = []
+
+    @engine.task(name="peek", queue="images", lease=30)
+    def peek(ctx, n):
+        seen.append(beaters())
+        return {"n": n}
+
+    for n in range(3):
+        task = engine.submit("peek", {"n": n}, owner="alice")
+        execute(engine, engine.claim(task.id, "w1"))
+        assert engine.get(task.id).status == State.SUCCESS
+    assert len(seen[0]) >= 1
+    assert seen[1] == seen[2] == seen[0]  # no thread started for the later attempts
+
+
+class BlockingEngine:
+    """Stands in for the engine: its heartbeat blocks until released, like one to a hung Redis."""
+
+    def __init__(self):
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.beat_on: list[int] = []
+
+    def heartbeat(self, lease):
+        self.beat_on.append(threading.get_ident())
+        self.entered.set()
+        self.release.wait(10)
+        return lease.lease
+
+
+def attempt(engine, task_id: str) -> Heartbeat:
+    lease = Lease(task_id=task_id, token=1, attempt=1, args={}, type="t", worker="w1", lease=0.03, max_attempts=1)
+    return Heartbeat(engine, TaskContext(engine, lease), force_stop=lambda reason: None, grace=1.0)
+
+
+def test_a_heartbeat_still_busy_is_not_given_the_next_attempt():
+    engine = BlockingEngine()
+    first = attempt(engine, "q.00000000000000000001")
+    first.start()
+    assert engine.entered.wait(5)  # the first attempt's thread is inside a heartbeat call
+    first.stop()
+    engine.entered.clear()
+
+    second = attempt(engine, "q.00000000000000000002")
+    second.start()
+    engine.release.set()
+    wait_until(lambda: len(set(engine.beat_on)) >= 2, 5, what="the second attempt's heartbeat")
+    second.stop()
+    assert engine.beat_on[0] != engine.beat_on[-1]  # a thread of its own, not the busy one
