@@ -97,7 +97,6 @@ class _Beater(threading.Thread):
 
     _idle: list["_Beater"] = []
     _lock = threading.Lock()
-    _pid = os.getpid()
 
     def __init__(self):
         super().__init__(name="ghostless-heartbeat", daemon=True)
@@ -105,10 +104,13 @@ class _Beater(threading.Thread):
         self._given = threading.Event()
 
     @classmethod
+    def forget_after_fork(cls) -> None:
+        """In a forked child (a work-horse): the parent's threads did not come along."""
+        cls._idle, cls._lock = [], threading.Lock()
+
+    @classmethod
     def take(cls) -> "_Beater":
         with cls._lock:
-            if cls._pid != os.getpid():  # a forked child: the parent's threads did not come along
-                cls._idle, cls._pid = [], os.getpid()
             if cls._idle:
                 return cls._idle.pop()
         beater = cls()
@@ -126,6 +128,10 @@ class _Beater(threading.Thread):
             hb, self._next = self._next, None
             try:
                 hb.run()
-            finally:
-                with self._lock:
-                    self._idle.append(self)
+            except Exception:  # noqa: BLE001 - a bug here must not leave a dead thread among the idle ones
+                log.exception("heartbeat of task %s ended by an error", hb.ctx.task_id)
+            with self._lock:
+                self._idle.append(self)
+
+
+os.register_at_fork(after_in_child=_Beater.forget_after_fork)

@@ -1,10 +1,12 @@
 """Heartbeat threads: kept for the next attempt of the same process (a simple worker runs
 attempts one after another), never shared while one is still busy."""
+import os
 import threading
+import time
 
 from engine import State
 from engine.context import TaskContext
-from engine.heartbeat import Heartbeat
+from engine.heartbeat import Heartbeat, _Beater
 from engine.models import Lease
 from engine.runner import execute
 from tests.support.wait import wait_until
@@ -63,3 +65,29 @@ def test_a_heartbeat_still_busy_is_not_given_the_next_attempt():
     wait_until(lambda: len(set(engine.beat_on)) >= 2, 5, what="the second attempt's heartbeat")
     second.stop()
     assert engine.beat_on[0] != engine.beat_on[-1]  # a thread of its own, not the busy one
+
+
+def test_a_forked_work_horse_starts_its_own_heartbeat_thread():
+    engine = BlockingEngine()
+    engine.release.set()  # beats return at once
+    parent_hb = attempt(engine, "q.00000000000000000003")
+    parent_hb.start()
+    wait_until(lambda: engine.beat_on, 5, what="a heartbeat in the parent")
+    parent_hb.stop()
+    wait_until(lambda: _Beater._idle, 5, what="the parent's heartbeat thread to be idle")
+
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's idle thread did not come along, so it must not be handed out
+        code = 1
+        try:
+            engine.beat_on.clear()
+            child_hb = attempt(engine, "q.00000000000000000004")
+            child_hb.start()
+            deadline = time.monotonic() + 5
+            while not engine.beat_on and time.monotonic() < deadline:
+                time.sleep(0.01)
+            code = 0 if engine.beat_on else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # 3: the child's attempt got no heartbeat
