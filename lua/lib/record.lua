@@ -141,7 +141,9 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
   redis.call('SET', K.args, args_json)
   redis.call('ZADD', K.index, now, f.id)
   redis.call('ZADD', owner_index, now, f.id)
-  if tonumber(f.due_at or 0) > 0 then redis.call('ZADD', K.watch, f.due_at, f.id) end
+  -- Watched from its first time to look at: the due time, else the escalation time.
+  local first = tonumber(f.due_at or 0) > 0 and f.due_at or f.escalate_at
+  if tonumber(first or 0) > 0 then redis.call('ZADD', K.watch, first, f.id) end
   t.id, t.owner, t.type, t.waiting_on = f.id, f.owner, f.type, f.waiting_on
   if not due then
     due = now + delay_ms

@@ -22,6 +22,16 @@ def test_an_unfinished_task_is_recorded_overdue_then_escalated_once_each(engine)
     assert engine.check() == []
 
 
+def test_a_task_with_only_an_escalation_time_is_escalated_when_it_passes(engine):
+    task = engine.submit("render", {}, owner="alice", escalate_in=0.02)
+    wait_for_server_time(engine.redis, engine.get(task.id).escalate_at * 1000)
+    report = engine.sweep()
+    assert (report.overdue, report.escalated) == (0, 1)
+    got = engine.get(task.id)
+    assert got.escalated_at and not got.overdue_at
+    assert engine.check() == []
+
+
 def test_a_task_that_ends_in_time_is_never_overdue(engine):
     task = engine.submit("render", {}, owner="alice", due_in=0.02)
     engine.complete(engine.claim(task.id, "w1"), {})
