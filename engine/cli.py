@@ -18,7 +18,7 @@ REDIS = click.option("--redis-url", envvar="GHOSTLESS_REDIS_URL", help="Redis UR
 def _engine(app_spec, redis_url):
     try:
         return load_app(app_spec, redis_url)
-    except AppError as e:
+    except (AppError, ValueError) as e:  # ValueError: a malformed --redis-url, from redis-py
         raise click.UsageError(str(e)) from None
     except (redis.ConnectionError, redis.TimeoutError) as e:
         raise click.ClickException(f"cannot reach Redis: {e}") from None

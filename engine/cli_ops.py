@@ -89,7 +89,7 @@ def _engine(app_spec, redis_url):
 def _args(text: str) -> dict:
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:  # RecursionError: nested too deep
         raise BadArgument(f"--args is not valid JSON: {e}") from None
     if not isinstance(value, dict):
         raise BadArgument(f"--args must be a JSON object, got {type(value).__name__}")

@@ -20,7 +20,7 @@ def decode_cursor(cursor: str | None) -> tuple[int, str] | None:
     if not cursor:
         return None
     ms, _, task_id = str(cursor).partition(".")
-    if not ms.isdigit() or not task_id:
+    if not (ms.isascii() and ms.isdigit()) or len(ms) > 15 or not task_id:
         raise ValueError("malformed cursor")
     return int(ms), task_id
 

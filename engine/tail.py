@@ -31,7 +31,7 @@ class Tail:
     """
 
     def __init__(self, engine, since: str = "$", task_id: str | None = None, block_ms: int = 1000):
-        if since not in ("$", "0") and parse_stream_id(since) is None and not since.isdigit():
+        if since not in ("$", "0") and parse_stream_id(since if "-" in since else f"{since}-0") is None:
             raise ValueError(f"--since must be $, 0 or a stream id such as 1700000000000-0, got {since!r}")
         self.engine, self.task_id, self.block_ms = engine, task_id, block_ms
         self.since = since if since in ("$", "0") or "-" in since else f"{since}-0"

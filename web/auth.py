@@ -78,8 +78,10 @@ def _wants_json() -> bool:
 
 def _local_path(target: object) -> str:
     """``target`` when it is a path on this site (no open redirects), else ``/``."""
-    if isinstance(target, str) and target.startswith("/") and not target.startswith(("//", "/\\")) \
-            and not any(c in target for c in "\r\n\\"):
+    # Printable only: browsers drop tabs and other control characters, so "/\t/evil" would
+    # arrive as "//evil" (another site).
+    if isinstance(target, str) and target.isprintable() and target.startswith("/") \
+            and not target.startswith("//") and "\\" not in target:
         return target
     return "/"
 

@@ -109,7 +109,7 @@ def task_list():
         raise ApiError(400, "invalid", f"status must be one of {', '.join(STATUSES)}")
     owner = _owner() if not g.caller.admin else (f["owner"] or None)
     limit = request.args.get("limit", str(PAGE_SIZE))
-    if not limit.isdigit() or not 1 <= int(limit) <= 200:
+    if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= 200:
         raise ApiError(400, "invalid", "limit must be an integer within 1..200")
     try:
         tasks, cursor = engine.list_tasks(owner=owner, status=f["status"] or None, type=f["type"] or None,

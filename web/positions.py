@@ -55,6 +55,10 @@ class Positions:
             return parse_stream_id(stream_id) >= (self.base, 0)
         return parse_stream_id(stream_id) > parse_stream_id(sid)
 
+    def later_than(self, ms: int) -> bool:
+        """True when these positions name a time after ``ms`` (ids no stream has written yet)."""
+        return self.base > ms or any(parse_stream_id(sid)[0] > ms for sid in self.queues.values())
+
     def advance(self, queue: str, stream_id: str) -> None:
         self.queues[queue] = stream_id
 

@@ -104,9 +104,14 @@ def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: fl
         task, history, position = wq.snapshot(engine, task_id)
         if task is None:
             return
-        if last_id is None or wq.stream_may_be_trimmed(engine, task.queue, last_id):
+        # A snapshot when the client has nothing, may have missed trimmed events, or names an
+        # event this stream has not written yet (not an id we sent): replaying from it would
+        # skip every event up to that id, the terminal one included.
+        if last_id is None or wq.parse_stream_id(last_id) > wq.parse_stream_id(position) \
+                or wq.stream_may_be_trimmed(engine, task.queue, last_id):
             yield format_event(position, "snapshot", {"task": task_json(task),
                                                       "history": [e.to_dict() for e in history]})
+            last_id = None  # the snapshot is where this client is now
         else:
             for ev in wq.read_stream(engine, task.queue, f"({last_id}", position):
                 if ev["task_id"] == task_id:
@@ -138,6 +143,8 @@ def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: fl
 @bp.get("/events")
 def all_events():
     positions = Positions.parse(_last_event_id())
+    if positions is not None and positions.later_than(wq.server_ms(get_engine().redis)):
+        positions = None  # not an id we sent: start afresh rather than skip events until then
     owner = None if g.caller.admin else g.caller.name
     return _stream(_ending_on_redis_errors(feed_stream(get_engine(), get_broker(), owner, positions,
                                                        *_settings())))

@@ -26,6 +26,7 @@ def test_edit_json_prints_old_and_new(engine, cli):
 def test_edit_refuses_bad_json_a_finished_task_and_an_unknown_one(engine, cli):
     task = engine.submit("render", {"prompt": "a cat"}, owner="alice")
     one_line_error(cli("edit", task.id, "--args", "{oops"), 2, "--args is not valid JSON")
+    one_line_error(cli("edit", task.id, "--args", "[" * 5000), 2, "--args is not valid JSON")  # nested too deep
     engine.cancel(task.id, by="alice")
     one_line_error(cli("edit", task.id, "--args", "{}"), 1, "refused", "CANCELLED")
     one_line_error(cli("edit", "images.0123456789abcdef0123", "--args", "{}"), 1, "not found")

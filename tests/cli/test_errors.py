@@ -30,3 +30,16 @@ def test_redis_url_option_names_the_redis(cli, monkeypatch):
     monkeypatch.delenv("GHOSTLESS_TEST_FAKE", raising=False)
     monkeypatch.setenv("GHOSTLESS_REDIS_URL", "redis://127.0.0.1:6/0")  # restored after the test
     one_line_error(cli("stats", "--redis-url", "redis://127.0.0.1:2/0"), 1, "127.0.0.1:2")
+
+
+@pytest.mark.parametrize("args", [("stats",), ("user", "list"), ("sweeper",), ("worker",)], ids=lambda a: a[0])
+def test_a_malformed_redis_url_is_an_error_with_exit_2_never_a_traceback(cli, monkeypatch, args):
+    # The app builds its engine from the URL as it is imported (Engine.from_url(), as in the README).
+    monkeypatch.setenv("GHOSTLESS_APP", "tests.apps.from_url:engine")
+    monkeypatch.delenv("GHOSTLESS_TEST_FAKE", raising=False)
+    result = cli(*args, "--redis-url", "redis//typo:6379")
+    if args[0] == "stats":  # operator commands: one line
+        one_line_error(result, 2, "Redis URL must specify")
+    else:  # worker, sweeper, user: click's usage error, as for a missing app
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert result.stderr.strip().splitlines()[-1].startswith("Error: Redis URL must specify")

@@ -74,7 +74,8 @@ def test_tail_follows_a_task_live_and_ends_after_its_terminal_state(engine, cli,
 
 
 def test_tail_refuses_a_malformed_since_and_an_unknown_task(engine, cli):
-    one_line_error(cli("tail", "--since", "yesterday"), 2, "--since must be $, 0 or a stream id")
+    for since in ("yesterday", "99999999999999999999999", "\u00b2"):  # too big for a stream id; not ASCII
+        one_line_error(cli("tail", "--since", since, "--no-follow"), 2, "--since must be $, 0 or a stream id")
     one_line_error(cli("tail", "--task", "images.0123456789abcdef0123"), 1, "not found")
 
 

@@ -79,7 +79,8 @@ def test_the_login_page_is_a_form(client):
     assert r.status_code == 200 and 'name="token"' in r.get_data(as_text=True)
 
 
-@pytest.mark.parametrize("next_url", ["//evil.example", "https://evil.example/", "/\\evil.example", "tasks"])
+@pytest.mark.parametrize("next_url", ["//evil.example", "https://evil.example/", "/\\evil.example", "tasks",
+                                      "/\t/evil.example", "/\n/evil.example", "/\x00/evil.example"])
 def test_login_never_redirects_off_site(client, tokens, next_url):
     r = client.post("/login", data={"token": tokens["alice"], "next": next_url})
     assert r.headers["Location"] == "/"

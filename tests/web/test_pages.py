@@ -130,7 +130,8 @@ def test_the_task_list_filters_and_pages_with_a_cursor(client, engine, auth):
     assert {t for t in ids if t in rest} == set(ids) - first and 'rel="next"' not in rest
 
 
-@pytest.mark.parametrize("query", ["?status=NOPE", "?cursor=garbage", "?limit=0"])
+@pytest.mark.parametrize("query", ["?status=NOPE", "?cursor=garbage", "?limit=0", "?limit=%C2%B2",
+                                   "?cursor=%C2%B2.images.0123456789abcdef0123"])
 def test_bad_list_filters_are_a_400_page(client, auth, query):
     assert "Bad request" in page(client, "/tasks" + query, auth["alice"], status=400)
 
