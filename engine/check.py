@@ -55,6 +55,8 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
             expected = DEADLINE_SET.get(State(status), "expiry")
             if status == State.PENDING.value and waiting == "1":
                 expected = "waiting"  # waits on parents, which are themselves covered
+            elif waiting == "1" and State(status) not in TERMINAL:
+                problems.append(f"{tid}: {status} while still waiting on its parents")
             if where != [expected]:
                 problems.append(f"{tid}: {status} is in {where or 'no set'}, expected exactly [{expected}]")
             if (status == State.QUEUED.value) != (tid in members[LINE]):

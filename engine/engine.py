@@ -176,9 +176,10 @@ class Engine(LeaseCalls):
                 task.status, task.version = State.QUEUED, 2
         return task
 
-    def dispatch(self, task_id: str) -> str:
+    def dispatch(self, task_id: str) -> str | None:
         """Record PENDING -> QUEUED with a new dispatch id, then create the executor job of that id.
-        Returns the dispatch id.
+        Returns the dispatch id (None, and nothing done, while the queue drains or the task waits
+        on its parents).
 
         A crash between the two leaves a QUEUED task without a job in the ``dispatch`` set: the
         sweeper finds no job at its check (``Config.requeue_after``) and dispatches it again; the
@@ -193,7 +194,7 @@ class Engine(LeaseCalls):
 
     def dispatch_known(self, task_id: str, tt: TaskType, priority: int) -> str | None:
         """``dispatch`` when the caller already knows the task's type and priority.
-        Returns None (the task stays PENDING) while its queue is draining."""
+        Returns None (the task stays PENDING) while its queue is draining or it waits on parents."""
         dispatch_id = uuid.uuid4().hex
         # Recorded first: a worker that takes the job at once must find its dispatch id current
         # (enqueue-then-record let an idle worker's claim arrive first and be refused). The script
@@ -390,6 +391,11 @@ class Engine(LeaseCalls):
             text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{what} is not JSON-serialisable: {e}") from None
+        if "\\ud" in text:  # a surrogate escape: fine in a pair, not alone (not Unicode text)
+            try:
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"{what} holds text that is not valid Unicode (a lone surrogate)") from None
         limit = limit or self.config.max_args_bytes
         if len(text.encode()) > limit:
             raise ValueError(f"{what} is {len(text.encode())} bytes of JSON, over the limit of {limit}")

@@ -96,10 +96,15 @@ def hand_off(engine, queue: str, batch: int = 100) -> int:
         key = f"notify:{event['task']}:{event['event']}:{event['version']}"
         task = engine.submit(TYPE, {"url": event.pop("url"), "event": event}, owner=event["owner"],
                              idempotency_key=key)
-        if not task.replayed:  # a hand-off cut short before LTRIM is made again: list it once
+        if not task.replayed:  # a hand-off cut short before its removal is made again: list it once
             engine.redis.rpush(engine.keys.task(event["task"]).notifications, task.id)
     if entries:
-        engine.redis.ltrim(outbox, len(entries), -1)
+        # Exactly the entries handed off: another sweeper may have taken the head meanwhile, and
+        # trimming "the first N" would then drop entries nobody read.
+        pipe = engine.redis.pipeline(transaction=False)
+        for raw in entries:
+            pipe.lrem(outbox, 1, raw)
+        pipe.execute()
     return len(entries)
 
 

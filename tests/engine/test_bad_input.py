@@ -157,3 +157,9 @@ def test_redis_that_may_evict_keys_warns_and_strict_refuses(private_redis):
         Engine(server.client(), dispatcher=None, strict=True)
     ok = private_redis()  # noeviction: neither warns nor raises (warnings are errors here)
     Engine(ok.client(), dispatcher=None, strict=True)
+
+
+def test_args_with_a_lone_surrogate_are_a_value_error_and_a_pair_is_fine(engine):
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        engine.submit("render", {"prompt": "\ud800"}, owner="alice")
+    assert engine.submit("render", {"prompt": "\U0001F600"}, owner="alice").args == {"prompt": "\U0001F600"}

@@ -1,7 +1,7 @@
 """depends_on: a child waits until every parent is SUCCESS; a parent that ends otherwise cancels it."""
 import pytest
 
-from engine import State, UnknownTaskType
+from engine import IllegalTransition, State, UnknownTaskType
 from engine.errors import UnknownParent
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import sibling
@@ -27,6 +27,20 @@ def test_a_child_waits_until_its_last_parent_succeeds_then_is_dispatched_at_once
     assert (got.status, got.waiting) == (State.QUEUED, False) and len(executor.dispatches(child.id)) == 1
     assert [ev.reason for ev in e.history(child.id) if ev.verb == "resolve"] == ["dependencies met"]
     assert e.check() == []
+
+
+def test_a_waiting_child_can_be_neither_claimed_nor_dispatched_before_its_parents_succeed(engine):
+    executor = FakeDispatcher()
+    e = sibling(engine, dispatcher=executor)
+    parent = e.submit("render", {}, owner="alice")
+    child = e.submit("render", {}, owner="alice", depends_on=[parent.id])
+    with pytest.raises(IllegalTransition, match="waiting on its parents"):
+        e.claim(child.id, "w1")
+    assert e.dispatch(child.id) is None and executor.dispatches(child.id) == []
+    got = e.get(child.id)
+    assert (got.status, got.waiting) == (State.PENDING, True) and e.check() == []
+    finish(e, parent.id)
+    assert e.get(child.id).status == State.QUEUED  # then it goes, as usual
 
 
 @pytest.mark.parametrize("ending", ["fail", "cancel", "edit"])

@@ -65,9 +65,30 @@ def test_a_hand_off_repeated_after_a_crash_makes_no_second_delivery(notifying):
     outbox = notifying.keys.queue_key("images", "outbox")
     entry = notifying.redis.lindex(outbox, 0)
     assert hand_off(notifying, "images") == 1
-    notifying.redis.rpush(outbox, entry)  # as if LTRIM had not happened
+    notifying.redis.rpush(outbox, entry)  # as if its removal had not happened
     assert hand_off(notifying, "images") == 1
     assert len(notifying.notifications(task.id)) == 1
+
+
+def test_two_sweepers_handing_off_at_once_lose_no_notification(notifying):
+    url = "https://example.invalid/hook"
+    a, b, c = (notifying.submit("render", {"n": n}, owner="alice", notify_url=url) for n in "abc")
+    notifying.cancel(a.id, by="alice")
+    real_submit = notifying.submit
+
+    def meanwhile(*args, **kwargs):  # sweeper 2 reads the outbox; then sweeper 1 hands off, b and c end
+        notifying.submit = real_submit
+        made = real_submit(*args, **kwargs)
+        hand_off(notifying, "images")
+        notifying.cancel(b.id, by="alice")
+        notifying.cancel(c.id, by="alice")
+        return made
+
+    notifying.submit = meanwhile
+    hand_off(notifying, "images")  # sweeper 2, which had read only a's entry
+    hand_off(notifying, "images")
+    assert [len(notifying.notifications(t.id)) for t in (a, b, c)] == [1, 1, 1]
+    assert notifying.redis.llen(notifying.keys.queue_key("images", "outbox")) == 0
 
 
 def test_the_owners_default_webhook_applies_to_their_new_tasks(notifying):
