@@ -42,7 +42,8 @@ def parent_keys(engine, queue: str, depends_on) -> tuple[list[str], list[str]]:
 
 
 def resolve(engine, task_id: str) -> str | None:
-    """Look at a waiting task's parents now: 'ready' (dispatched), 'cancelled', or None (waits on)."""
+    """Look at a waiting task's parents now: 'ready' (dispatched), 'delayed' (ready, dispatched by the
+    sweeper once the delay it was submitted with has passed), 'cancelled', or None (waits on)."""
     keys = engine.keys.task(task_id)
     parents = engine.redis.hget(keys.task, "parents")
     parents = (parents.decode() if isinstance(parents, bytes) else parents or "")

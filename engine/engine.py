@@ -297,7 +297,8 @@ class Engine(LeaseCalls):
 
     def resolve(self, task_id: str) -> str | None:
         """Look at a waiting task's parents now (the engine and sweeper do this for you):
-        'ready' (dispatched), 'cancelled', or None while a parent is still running."""
+        'ready' (dispatched), 'delayed' (ready once its submit's delay passes), 'cancelled', or None
+        while a parent is still running."""
         self._keys(task_id)
         return deps.resolve(self, task_id)
 

@@ -3,7 +3,8 @@
 -- To: (none)
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys); KEYS[T+1]: the owner's task index (optional)
 -- ARGV[1..4]: engine config; ARGV[5]: task id
--- Returns: {OK} | {NOT_DUE} when not yet due or no longer terminal | {NOT_FOUND}
+-- Returns: {OK} | {NOT_DUE} when not yet due or no longer terminal, or when a task still waits on
+--   it (kept another retention period) | {NOT_FOUND}
 local t = load_task(K.task)
 if not t then
   redis.call('ZREM', K.expiry, ARGV[5])
@@ -12,6 +13,13 @@ end
 local now = now_ms()
 local due = redis.call('ZSCORE', K.expiry, t.id)
 if not TERMINAL[t.status] or not due or tonumber(due) > now then return {C.NOT_DUE} end
+-- A parent stays while a child still waits on it (the child would read it as gone: failed).
+for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do
+  if redis.call('ZSCORE', K.waiting, kid) then
+    redis.call('ZADD', K.expiry, now + CFG.retention_ms, t.id)
+    return {C.NOT_DUE}
+  end
+end
 
 redis.call('HINCRBY', K.counts, t.status, -1)
 redis.call('ZREM', K.expiry, t.id)

@@ -6,7 +6,8 @@
 --   KEYS[T+1..T+2n]: each parent's hash and children set, in the order of ARGV[7..6+n]
 -- ARGV[1..4]: engine config; ARGV[5]: task id; ARGV[6]: n, the number of parents;
 --   ARGV[7..6+n]: the parents' ids, as the task lists them
--- Returns: {OK, 'ready' | 'cancelled'} | {NOT_DUE} when a parent is still running (the task waits,
+-- Returns: {OK, 'ready' | 'delayed' | 'cancelled'} ('delayed': ready, but its submit's delay has not
+--   passed yet; the sweeper dispatches it then) | {NOT_DUE} when a parent is still running (the task waits,
 --   registered with it) or the task is not waiting | {NOT_FOUND}
 local n = tonumber(ARGV[6])
 local t = load_task(K.task)
@@ -44,5 +45,7 @@ if open then
   return {C.NOT_DUE}
 end
 t.waiting_on = ''
-change(K, t, 'resolve', 'PENDING', now, now, {waiting_on = ''}, {reason = 'dependencies met'})
-return {C.OK, 'ready'}
+-- Dispatched now, or when the delay it was submitted with has passed (the sweeper then does it).
+local at = math.max(now, tonumber(t.not_before or 0))
+change(K, t, 'resolve', 'PENDING', now, at, {waiting_on = ''}, {reason = 'dependencies met'})
+return {C.OK, at > now and 'delayed' or 'ready'}

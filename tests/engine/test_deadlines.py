@@ -32,6 +32,17 @@ def test_a_task_with_only_an_escalation_time_is_escalated_when_it_passes(engine)
     assert engine.check() == []
 
 
+def test_a_retried_task_is_watched_again_for_the_times_it_had_not_passed(engine):
+    task = engine.submit("render", {}, owner="alice", due_in=0.05, escalate_in=0.1)
+    engine.fail(engine.claim(task.id, "w1"), "bad_prompt", "no", retryable=False)  # ended in time
+    engine.retry(task.id, by="alice")
+    wait_for_server_time(engine.redis, engine.get(task.id).escalate_at * 1000)
+    assert (engine.sweep().overdue, engine.sweep().escalated) == (1, 1)
+    got = engine.get(task.id)
+    assert got.overdue_at and got.escalated_at and got.status == State.PENDING
+    assert engine.check() == []
+
+
 def test_a_task_that_ends_in_time_is_never_overdue(engine):
     task = engine.submit("render", {}, owner="alice", due_in=0.02)
     engine.complete(engine.claim(task.id, "w1"), {})

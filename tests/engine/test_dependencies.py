@@ -1,10 +1,11 @@
 """depends_on: a child waits until every parent is SUCCESS; a parent that ends otherwise cancels it."""
 import pytest
 
-from engine import IllegalTransition, State, UnknownTaskType
+from engine import Config, IllegalTransition, State, UnknownTaskType
 from engine.errors import UnknownParent
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import sibling
+from tests.support.wait import wait_for_server_time
 
 
 def finish(engine, task_id, ok=True):
@@ -41,6 +42,32 @@ def test_a_waiting_child_can_be_neither_claimed_nor_dispatched_before_its_parent
     assert (got.status, got.waiting) == (State.PENDING, True) and e.check() == []
     finish(e, parent.id)
     assert e.get(child.id).status == State.QUEUED  # then it goes, as usual
+
+
+def test_a_childs_delay_still_counts_once_its_parents_succeed(engine):
+    executor = FakeDispatcher()
+    e = sibling(engine, dispatcher=executor)
+    parent = e.submit("render", {}, owner="alice")
+    child = e.submit("render", {}, owner="alice", depends_on=[parent.id], delay=3600)
+    finish(e, parent.id)
+    got = e.get(child.id)
+    assert (got.status, got.waiting, executor.dispatches(child.id)) == (State.PENDING, False, [])
+    due = e.redis.zscore(e.keys.task(child.id).dispatch, child.id) / 1000
+    assert due - got.created_at >= 3600 - 1  # in the dispatch set at its delay, as without parents
+    assert e.sweep().dispatched == 0 and e.check() == []
+
+
+def test_a_succeeded_parent_outlives_its_retention_while_a_child_still_waits_on_it(engine):
+    short = sibling(engine, config=Config(retention=0.05, idempotency_ttl=0.05))
+    a, b = (short.submit("render", {"i": i}, owner="alice") for i in range(2))
+    child = short.submit("render", {}, owner="alice", depends_on=[a.id, b.id])
+    finish(short, a.id)
+    wait_for_server_time(short.redis, short.redis.zscore(short.keys.task(a.id).expiry, a.id))
+    assert short.sweep().purged == 0 and short.get(a.id).status == State.SUCCESS
+    finish(short, b.id)
+    got = short.get(child.id)
+    assert (got.status, got.waiting, got.reason) == (State.PENDING, False, "")  # not dependency_failed
+    assert short.check() == []
 
 
 @pytest.mark.parametrize("ending", ["fail", "cancel", "edit"])
