@@ -34,6 +34,7 @@ class Heartbeat:
         self.abandoned = False  # Redis unreachable past the lease: give up locally, never report
         self._done = threading.Event()
         self._stop_at: float | None = None  # monotonic time of the forced stop
+        self._forced = False
         self._stop_reason = ""
 
     def start(self) -> None:
@@ -53,11 +54,14 @@ class Heartbeat:
             if runtime.shutdown_requested.is_set() and not self._stop_at:
                 # Not a cancellation: the function may still finish (and be reported) within the grace.
                 self._schedule("release", (runtime.shutdown_elapsed() or 0))
-            if self._stop_at is not None and now >= self._stop_at:
+            if self._stop_at is not None and now >= self._stop_at and not self._forced:
                 log.warning("task %s did not stop within %.1fs: stopping it by force (%s)",
                             self.ctx.task_id, self.grace, self._stop_reason)
-                self.force_stop(self._stop_reason)
-                return
+                self._forced = True
+                self.force_stop(self._stop_reason)  # a work-horse ends here
+                # In the worker process the stop lands when the function next runs Python code (a
+                # call blocked in C returns first): the lease is kept renewed until it has
+                # stopped, or another worker would take the task while this attempt still runs.
             if now < next_beat or self.lost or self.abandoned:
                 continue
             next_beat = now + self.interval

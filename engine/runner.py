@@ -76,10 +76,18 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
 
     def force_stop(reason: str) -> None:
         if in_horse:
-            # A forked work-horse ends here; the parent sees a clean exit and takes the next job.
-            if reason == "release" and not (hb.lost or hb.abandoned):
-                _report(engine.release, lease, "worker shutdown")
-            os._exit(0)
+            # A forked work-horse ends here, whatever happens: the parent sees a clean exit and
+            # takes the next job; when the release failed (Redis erring), exit 1 makes the parent
+            # release the task on the horse's behalf (worker.py: _report_lost).
+            code = 0
+            try:
+                if reason == "release" and not (hb.lost or hb.abandoned):
+                    _report(engine.release, lease, "worker shutdown")
+            except BaseException:  # noqa: BLE001 - nothing may keep this horse alive
+                log.exception("task %s: the release at the end of the grace failed", lease.task_id)
+                code = 1
+            finally:
+                os._exit(code)
         _raise_in(main, AttemptReleased if reason == "release" else AttemptStopped)
 
     grace = tt.lease if grace is None else grace
@@ -102,24 +110,30 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
         log.warning("task %s lost its lease while running: %s", lease.task_id, e)
         return
     except PermanentError as e:
-        _finish(hb, engine.fail, lease, e.kind, str(e)[:MAX_REASON], False)
+        _finish(hb, engine.fail, lease, e.kind, _reason(e), False)
         return
     except VerificationFailed as e:
-        _finish(hb, engine.fail, lease, "verification_failed", str(e)[:MAX_REASON], True)
+        _finish(hb, engine.fail, lease, "verification_failed", _reason(e), True)
         return
     except JobTimeoutException as e:
-        _finish(hb, engine.fail, lease, "timeout", str(e)[:MAX_REASON] or "job timeout", True)
+        _finish(hb, engine.fail, lease, "timeout", _reason(e) or "job timeout", True)
         return
     except Exception as e:  # the task's own failure: retried with its backoff
         log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, e)
-        _finish(hb, engine.fail, lease, type(e).__name__, str(e)[:MAX_REASON], True)
+        _finish(hb, engine.fail, lease, type(e).__name__, _reason(e), True)
         return
     finally:
         hb.stop()
     try:
         _finish(hb, engine.complete, lease, result)
     except ValueError as e:  # not JSON, or too big: fail for good, saying why
-        _finish(hb, engine.fail, lease, "bad_result", str(e)[:MAX_REASON], False)
+        _finish(hb, engine.fail, lease, "bad_result", _reason(e), False)
+
+
+def _reason(e: BaseException) -> str:
+    """An exception's message as a reason to record: capped, and valid Unicode (a file name decoded
+    with surrogateescape, say, could not be sent to Redis, and the outcome would be lost)."""
+    return str(e)[:MAX_REASON].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _finish(hb: Heartbeat, report, lease, *args) -> None:

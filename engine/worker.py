@@ -102,7 +102,11 @@ class GhostlessWorker(_EngineHooks, Worker):
 
     def setup_work_horse_signals(self):
         super().setup_work_horse_signals()
+        # The parent forwards a warm shutdown as SIGUSR1. A SIGTERM sent to the whole process group
+        # or cgroup (systemd's default, docker stop of a container) reaches the horse too: the same
+        # grace, not an instant death. A cold stop kills the horse with SIGKILL.
         signal.signal(signal.SIGUSR1, lambda *_: runtime.request_shutdown())
+        signal.signal(signal.SIGTERM, lambda *_: runtime.request_shutdown())
 
     def handle_work_horse_killed(self, job, retpid, ret_val, rusage):
         super().handle_work_horse_killed(job, retpid, ret_val, rusage)

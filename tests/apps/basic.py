@@ -144,6 +144,28 @@ def register(engine: Engine, lease: float = LEASE, only: tuple[str, ...] | None 
         note(ctx, "noticed-" + ctx.stop_reason.split(" ")[0])
         return {"stopped": True}
 
+    @task(queue=QUEUE, lease=lease, timeout=60, max_attempts=2, backoff=Backoff.fixed([0.1]))
+    def blocked(ctx, seconds=4.0):
+        """One blocking call (an upload, a GPU call): a forced stop lands only when it returns."""
+        note(ctx, "start")
+        time.sleep(seconds)
+        note(ctx, "end")
+        return {"pid": os.getpid()}
+
+    @task(queue=QUEUE, lease=lease, timeout=60, max_attempts=2, backoff=Backoff.fixed([0.1]))
+    def unreleasable(ctx):
+        """Its process cannot release it (as when Redis refuses writes at that moment); runs on."""
+        import redis
+
+        def refuse(*args, **kwargs):
+            raise redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
+        app_engine().release = ctx._engine.release = refuse
+        note(ctx, "start")
+        while not app_engine().redis.exists(gate_key(ctx.task_id)):
+            time.sleep(0.02)
+        note(ctx, "done")
+        return {"pid": os.getpid()}
+
     @task(queue=QUEUE, lease=lease, timeout=60, max_attempts=1)
     def bad_result(ctx):
         note(ctx, "start")

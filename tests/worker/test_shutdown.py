@@ -1,5 +1,6 @@
 """Worker shutdown: the first SIGTERM lets the attempt finish within the grace period, then
 releases it (no attempt consumed); a second SIGTERM stops at once and releases."""
+import os
 import signal
 import time
 
@@ -8,7 +9,7 @@ import pytest
 from engine import State
 from tests.apps.basic import SLOW_BEAT_LEASE, gate_key
 from tests.worker.helpers import (
-    LEASE, OWNER, logged, server_now, transitions, wait_logged, wait_status, wait_terminal,
+    LEASE, OWNER, logged, server_now, side_log, transitions, wait_logged, wait_status, wait_terminal,
 )
 from tests.support.wait import wait_until
 
@@ -123,3 +124,68 @@ def test_a_repeated_sigterm_within_a_second_is_ignored(engine, procs, worker_cla
     assert released.at - sent >= GRACE - 0.2
     assert _exited(worker) == 0
     assert engine.check() == []
+
+
+def test_a_simple_worker_keeps_the_lease_until_a_blocked_function_returns(engine, procs):
+    # The forced stop at the end of the grace lands only when the blocking call returns; meanwhile
+    # the lease stays renewed, so no other worker starts the task while this attempt still runs.
+    first = procs.worker("simple")
+    procs.sweeper()
+    seconds = GRACE + 2 * LEASE + 1
+    task = engine.submit("blocked", {"seconds": seconds}, owner=OWNER)
+    wait_logged(engine, task.id, "start")
+    first.signal(signal.SIGTERM)
+    procs.worker("simple")
+
+    assert wait_terminal(engine, task.id, timeout=seconds + 15).status == State.SUCCESS
+    history = engine.history(task.id)
+    assert "expire" not in [e.verb for e in history]  # the lease never lapsed
+    claims = [e for e in history if e.verb == "claim"]
+    released = next(e for e in history if e.verb == "release")
+    # Released when the blocking call returned, and only then claimed again: one attempt at a time.
+    assert released.at >= claims[0].at + seconds - 0.1
+    assert claims[1].at > released.at and claims[1].attempt == 1
+    assert engine.check() == []
+
+
+def test_a_work_horse_that_cannot_release_exits_and_its_parent_releases_the_task(engine, procs):
+    worker = procs.worker("fork")
+    task = engine.submit("unreleasable", {}, owner=OWNER)
+    wait_logged(engine, task.id, "start")
+    horses = worker.children()
+    worker.signal(signal.SIGTERM)
+
+    released = wait_until(lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None),
+                          GRACE + 8, what="the release by the worker's parent")
+    assert released.reason.startswith("work-horse exited with status 1"), released.reason
+    wait_until(lambda: not any(_alive(pid) for pid in horses), 5, what="the work-horse to end")
+    assert wait_status(engine, task.id, State.PENDING, State.QUEUED).attempt == 0
+    assert logged(engine, task.id, "done") == []
+    assert _exited(worker) is not None
+    assert engine.check() == []
+
+
+def test_sigterm_to_the_whole_process_group_still_gives_the_attempt_its_grace(engine, procs):
+    # systemd (KillMode=control-group) and `docker stop` signal every process, the horse too.
+    worker = procs.worker("fork")
+    task = engine.submit("sleepy", {"seconds": GRACE / 2}, owner=OWNER)
+    wait_logged(engine, task.id, "start")
+    for pid in [worker.pid, *worker.children()]:
+        os.kill(pid, signal.SIGTERM)
+
+    done = wait_terminal(engine, task.id)
+    assert (done.status, done.attempt) == (State.SUCCESS, 1)
+    assert [e.verb for e in engine.history(task.id)][-1] == "complete"
+    assert _exited(worker) == 0
+    assert engine.check() == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a reaped zombie of the worker still answers kill(0) until it is waited for
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
