@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from .models import Task
 
-SCAN = 200  # rows read per index per round (more than SCAN tasks of one owner created in the same
-# millisecond in one queue would end a listing early: the cursor cannot tell them apart)
+SCAN = 200  # rows read per index per read (a round reads on past rows at or before its cursor)
 
 
 def _s(v):
@@ -25,8 +24,10 @@ def decode_cursor(cursor: str | None) -> tuple[int, str] | None:
     return int(ms), task_id
 
 
-def _order(row: tuple[int, str]) -> tuple[int, str]:
-    return -row[0], row[1]  # newest first, ties by id
+def _order(row: tuple[int, str]) -> tuple[int, tuple[int, ...]]:
+    """Newest first; ties in the order ZREVRANGEBYSCORE returns them (by id, descending), so the
+    rows of a millisecond that a scan cut short sort after the scan's last row, not before it."""
+    return -row[0], tuple(-b for b in row[1].encode())
 
 
 def list_tasks(engine, owner: str | None = None, status: str | None = None, type: str | None = None,
@@ -46,13 +47,18 @@ def list_tasks(engine, owner: str | None = None, status: str | None = None, type
     while indexes:
         rows, frontiers = [], []
         for index in indexes:
-            top = position[0] if position else "+inf"
-            got = [(int(s), _s(m)) for m, s in
-                   engine.redis.zrevrangebyscore(index, top, "-inf", start=0, num=SCAN, withscores=True)]
-            rows += got
+            top, offset = (position[0] if position else "+inf"), 0
+            while True:
+                got = [(int(s), _s(m)) for m, s in
+                       engine.redis.zrevrangebyscore(index, top, "-inf", start=offset, num=SCAN, withscores=True)]
+                fresh = [r for r in got if position is None or _order(r) > _order(position)]
+                if fresh or len(got) < SCAN:
+                    break
+                offset += SCAN  # a whole scan at or before the cursor (a burst in its millisecond): read on
+            rows += fresh
             if len(got) == SCAN:  # this index may hold more beyond its last row
                 frontiers.append(_order(got[-1]))
-        rows = sorted({r for r in rows if position is None or _order(r) > _order(position)}, key=_order)
+        rows = sorted(set(rows), key=_order)
         limit_row = min(frontiers) if frontiers else None
         safe = [r for r in rows if limit_row is None or _order(r) <= limit_row]
         if not safe:

@@ -30,6 +30,23 @@ def test_pages_follow_the_cursor_without_gaps_or_repeats(engine):
     assert sorted(seen) == sorted(mine) and len(seen) == len(set(seen))
 
 
+@pytest.mark.parametrize("owner", ["alice", None])  # the owner's index, and the queue's (admins)
+def test_tasks_created_in_the_same_millisecond_are_each_listed_once_across_scans(engine, monkeypatch, owner):
+    import engine.listing as listing
+    monkeypatch.setattr(listing, "SCAN", 3)  # each round reads 3 rows: scans cut through the millisecond
+    mine = submit_many(engine, "alice", 8)
+    for key in (engine.keys.owner_index("images", "alice"), engine.keys.queue_key("images", "index")):
+        engine.redis.zadd(key, {tid: 1_700_000_000_000 for tid in mine})  # as a burst within 1 ms leaves them
+    for limit in (2, 5, 50):
+        seen, cursor = [], None
+        while True:
+            page, cursor = engine.list_tasks(owner=owner, limit=limit, cursor=cursor)
+            seen += [t.id for t in page]
+            if cursor is None:
+                break
+        assert sorted(seen) == sorted(mine) and len(seen) == len(set(seen)), limit
+
+
 def test_filters_by_status_type_and_queue(engine):
     a, b = submit_many(engine, "alice", 2)
     engine.cancel(a, by="alice")
