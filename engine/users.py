@@ -8,6 +8,8 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from redis.exceptions import WatchError
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 
 
@@ -37,15 +39,24 @@ class Users:
             raise ValueError("user name must be 1-64 letters, digits or . _ @ -")
         token = "gl_" + secrets.token_urlsafe(32)
         digest = _digest(token)
-        raw = self.redis.hget(self.keys.users(), name)
-        record = json.loads(raw) if raw else {"admin": bool(admin), "created_at": time.time(), "tokens": []}
-        record["admin"] = bool(admin) or record["admin"]
-        record["tokens"].append(digest)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.keys.users(), name, json.dumps(record))
-        pipe.hset(self.keys.tokens(), digest, name)
-        pipe.execute()
-        return token
+        # Read, change, write under WATCH: two adds at once must both keep their token on the record
+        # (a token missing from it would escape a later revoke).
+        with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(self.keys.users())
+                    raw = pipe.hget(self.keys.users(), name)
+                    record = json.loads(raw) if raw else {"admin": bool(admin), "created_at": time.time(),
+                                                          "tokens": []}
+                    record["admin"] = bool(admin) or record["admin"]
+                    record["tokens"].append(digest)
+                    pipe.multi()
+                    pipe.hset(self.keys.users(), name, json.dumps(record))
+                    pipe.hset(self.keys.tokens(), digest, name)
+                    pipe.execute()
+                    return token
+                except WatchError:
+                    continue
 
     def list(self) -> list[User]:
         out = []
@@ -66,8 +77,11 @@ class Users:
         raw = self.redis.hget(self.keys.users(), name)
         if not raw:
             return False
+        # Every token naming them, listed on the record or not (one lost by an older, unguarded add).
+        digests = set(json.loads(raw)["tokens"]) | {
+            _s(d) for d, owner in self.redis.hscan_iter(self.keys.tokens()) if _s(owner) == name}
         pipe = self.redis.pipeline(transaction=True)
-        for digest in json.loads(raw)["tokens"]:
+        for digest in digests:
             pipe.hdel(self.keys.tokens(), digest)
         pipe.hdel(self.keys.users(), name)
         pipe.execute()
@@ -98,5 +112,13 @@ class Users:
         """The user a token belongs to, or None (also for malformed input)."""
         if not isinstance(token, str) or not 8 <= len(token) <= 256 or not token.isascii():
             return None
-        name = self.redis.hget(self.keys.tokens(), _digest(token))
-        return self.get(_s(name)) if name else None
+        return self.for_digest(_digest(token))
+
+    def for_digest(self, digest: str) -> User | None:
+        """The user a token digest belongs to: only while the user's record lists it."""
+        name = self.redis.hget(self.keys.tokens(), digest)
+        raw = self.redis.hget(self.keys.users(), _s(name)) if name else None
+        if not raw:
+            return None
+        r = json.loads(raw)
+        return User(_s(name), r["admin"], r["created_at"], len(r["tokens"])) if digest in r["tokens"] else None

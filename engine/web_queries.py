@@ -119,8 +119,7 @@ def user_for_digest(engine, digest: object):
     """The user owning the token with this SHA-256 digest (None once the token is revoked)."""
     if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
         return None
-    name = engine.redis.hget(engine.keys.tokens(), digest)
-    return engine.users.get(_s(name)) if name else None
+    return engine.users.for_digest(digest)
 
 
 def stuck_tasks(engine, queued_after: float, owner: str | None = None, limit: int = 100) -> list[dict]:

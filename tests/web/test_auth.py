@@ -210,3 +210,36 @@ def test_a_one_time_login_link_opens_a_session_once(engine):
     other = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "k" * 32, "TESTING": True}).test_client()
     assert other.get(f"/login/{code}").status_code == 401  # used up
     assert other.get("/login/not-a-real-code-123").status_code == 401
+
+
+def test_tokens_issued_at_once_are_all_revoked_with_their_user(engine):
+    import threading
+
+    issued, lock = [], threading.Lock()
+
+    def issue():
+        for _ in range(10):
+            token = engine.users.add("carol")
+            with lock:
+                issued.append(token)
+
+    threads = [threading.Thread(target=issue) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert engine.users.get("carol").tokens == len(issued) == 40  # none lost from the record
+    assert engine.users.revoke("carol")
+    engine.users.add("carol")  # the name given again later
+    assert [t for t in issued if engine.users.authenticate(t)] == []
+
+
+def test_a_token_missing_from_its_users_record_is_refused_and_revoked_with_them(engine):
+    from engine.web_queries import token_digest
+
+    engine.users.add("dave")
+    orphan = "gl_" + "x" * 43  # as an unguarded concurrent add could leave one
+    engine.redis.hset(engine.keys.tokens(), token_digest(orphan), "dave")
+    assert engine.users.authenticate(orphan) is None
+    assert engine.users.revoke("dave")
+    assert engine.redis.hget(engine.keys.tokens(), token_digest(orphan)) is None
