@@ -271,8 +271,8 @@ class Engine(LeaseCalls):
         new_id = reply[1]
         if reply[0] == Code.OK and len(reply) > 3 and reply[3] == "resolve":
             deps.resolve(self, new_id)  # it waits on the old task's parents: register with them
-        elif reply[0] == Code.OK and self.dispatcher.active:
-            self.dispatch(new_id)
+        elif reply[0] == Code.OK and self.dispatcher.active and reply[3] != "delayed":
+            self.dispatch(new_id)  # a delayed one is dispatched by the sweeper when its delay has passed
         return self._require(new_id)
 
     def enable_notifications(self, secret: str, **options) -> None:

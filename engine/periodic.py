@@ -22,8 +22,8 @@ Rules, as cron and Celery beat users expect:
 - A period that cannot exist (``0 2 31 * *`` in a 30-day month, 29 February in
   a common year) is skipped: cron never matches it, and the scheduler logs a
   warning naming the month when it computes the gap.
-- A sixth field gives seconds (croniter's convention: ``*/10 * * * * *`` fires
-  every ten seconds), for short periods and tests.
+- A sixth field, last, gives seconds (croniter's convention: ``* * * * * */10``
+  fires every ten seconds), for short periods and tests.
 
 The scheduler process (engine/scheduler.py) calls ``fire_due`` once per tick.
 """

@@ -139,8 +139,8 @@ class Scripts:
             raise UnknownTaskType(reply[1])
         if reply[0] == Code.BREAKER_OPEN:
             return reply  # the engine knows the upstream's name and raises BreakerOpen
-        if reply[0] == Code.NOT_DUE:
-            raise IllegalTransition(task_id, "PENDING (waiting on its parents)", "claim")
+        if reply[0] == Code.NOT_DUE:  # waiting on its parents, or delayed
+            raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")
         return refuse(reply, "claim", task_id)
 
     def holder(self, verb: str, keys: Sequence[str], task_id: str, token: int, *argv: Any) -> list:

@@ -9,7 +9,8 @@
 --   KEYS[T+1]: the breaker's hash (with ARGV[9])
 -- Returns: {OK, token, attempt, args JSON, type, lease ms, max attempts, checkpoints (flat)} |
 --   {REPLAYED, ...the same} for a resent claim |
---   {NOT_FOUND} | {ILLEGAL_TRANSITION, state} | {NOT_DUE} while it waits on its parents |
+--   {NOT_FOUND} | {ILLEGAL_TRANSITION, state} |
+--   {NOT_DUE, why} while it waits on its parents or its submit's delay has not passed |
 --   {WRONG_DISPATCH, state} for a delivery of a dispatch that is no longer current |
 --   {UNKNOWN_TYPE, type} when this worker does not run the task's type |
 --   {BREAKER_OPEN, ms to wait} when the upstream's breaker is open (nothing changed: park it)
@@ -22,13 +23,14 @@ local function lease_reply(code)
 end
 if t.status == 'PROCESSING' and t.claim_id == claim_id then return lease_reply(C.REPLAYED) end
 if not LEGAL.claim[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
-if t.waiting_on == '1' then return {C.NOT_DUE} end  -- its parents have not all succeeded yet
+local now = now_ms()
+if t.waiting_on == '1' then return {C.NOT_DUE, 'waiting on its parents'} end
+if tonumber(t.not_before or 0) > now then return {C.NOT_DUE, 'delayed'} end  -- submitted with a delay
 if dispatch_id ~= '' and dispatch_id ~= t.dispatch_id then return {C.WRONG_DISPATCH, t.status} end
 if types ~= '' and not string.find(types, ',' .. t.type .. ',', 1, true) then
   return {C.UNKNOWN_TYPE, t.type}
 end
 
-local now = now_ms()
 local cfg = breaker_cfg(ARGV[9])
 if cfg then
   local until_ms = breaker_gate(KEYS[T + 1], t, now, cfg.cooldown_ms)

@@ -7,8 +7,8 @@
 --   ARGV[6]: ms until the sweeper checks that the job still exists
 -- Returns: {OK, version} | {REPLAYED, version} when this dispatch id is already current (its
 --   job still exists: the sweeper's next check moves to ARGV[6] from now) |
---   {NOT_DUE} while the queue is draining or the task waits on its parents (nothing changes; no
---   job may be made) |
+--   {NOT_DUE} while the queue is draining, or the task waits on its parents or on its submit's
+--   delay (nothing changes; no job may be made) |
 --   {NOT_FOUND} | {ILLEGAL_TRANSITION, state}
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
@@ -18,7 +18,10 @@ if t.dispatch_id == ARGV[5] then
   return {C.REPLAYED, t.version}
 end
 if not LEGAL.dispatch[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
-if t.waiting_on == '1' or redis.call('HEXISTS', KEYS[T + 1], 'draining') == 1 then return {C.NOT_DUE} end
+if t.waiting_on == '1' or tonumber(t.not_before or 0) > now
+    or redis.call('HEXISTS', KEYS[T + 1], 'draining') == 1 then
+  return {C.NOT_DUE}
+end
 
 local reason = ''
 if t.status == 'QUEUED' then reason = 'redispatch' end

@@ -18,8 +18,6 @@ change(K, t, 'retry', 'PENDING', now, now + CFG.dispatch_grace_ms,
    reason = '', next_retry_at = '', stage = '', progress = 0, message = ''},
   {by = by, reason = 'manual retry by ' .. by, attempt = t.attempt})
 -- Unfinished again: watched for the due or escalation time it has not yet been recorded past.
-local watch_at = nil
-if tonumber(t.due_at or 0) > 0 and not t.overdue_at then watch_at = t.due_at
-elseif tonumber(t.escalate_at or 0) > 0 and not t.escalated_at then watch_at = t.escalate_at end
+local watch_at = watch_time(t)
 if watch_at then redis.call('ZADD', K.watch, watch_at, t.id) end
 return {C.OK, t.version}

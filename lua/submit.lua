@@ -51,8 +51,8 @@ create(K, KEYS[T + 1], {id = id, due_at = due_ms > 0 and now + due_ms or nil,
   max_attempts = ARGV[10], lease_ms = ARGV[11], timeout_ms = ARGV[12], priority = ARGV[13],
   backoff = ARGV[15], idempotency_key = ARGV[17] ~= '' and ARGV[17] or nil, waiting_on = waiting,
   parents = n > 0 and table.concat(ARGV, ',', 23, 22 + n) or nil, notify_url = ARGV[21] ~= '' and ARGV[21] or nil,
-  -- A waiting task's delay still counts once its parents succeed (lua/resolve.lua).
-  not_before = waiting and tonumber(ARGV[14]) > 0 and now + tonumber(ARGV[14]) or nil},
+  -- Its delay holds through waiting on parents (lua/resolve.lua), an edit and a direct claim.
+  not_before = tonumber(ARGV[14]) > 0 and now + tonumber(ARGV[14]) or nil},
   ARGV[8], now, tonumber(ARGV[14]), {by = ARGV[7]}, due)
 for _, children in ipairs(open) do redis.call('SADD', children, id) end
 if idem then

@@ -129,6 +129,14 @@ local function touch(K, t, now, fields, kind, ev, hist)
   emit(K, t, kind, now, ev, hist)
 end
 
+-- When an unfinished task is next looked at for its due times: its due time, else its escalation
+-- time, each only until it has been recorded (nil: never).
+local function watch_time(t)
+  if tonumber(t.due_at or 0) > 0 and not t.overdue_at then return t.due_at end
+  if tonumber(t.escalate_at or 0) > 0 and not t.escalated_at then return t.escalate_at end
+  return nil
+end
+
 -- Creates a task hash in PENDING, listed in its queue's index and its owner's. `f` holds the
 -- type's settings; the caller has already checked that the id is free. A task with
 -- `f.waiting_on == '1'` goes to the waiting set at `due`, others to the dispatch set.
@@ -141,9 +149,8 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
   redis.call('SET', K.args, args_json)
   redis.call('ZADD', K.index, now, f.id)
   redis.call('ZADD', owner_index, now, f.id)
-  -- Watched from its first time to look at: the due time, else the escalation time.
-  local first = tonumber(f.due_at or 0) > 0 and f.due_at or f.escalate_at
-  if tonumber(first or 0) > 0 then redis.call('ZADD', K.watch, first, f.id) end
+  local first = watch_time(f)
+  if first then redis.call('ZADD', K.watch, first, f.id) end
   t.id, t.owner, t.type, t.waiting_on = f.id, f.owner, f.type, f.waiting_on
   if not due then
     due = now + delay_ms

@@ -274,3 +274,14 @@ def test_a_task_cancelled_while_waiting_to_retry_reports_no_next_retry(engine, v
         engine.edit(task.id, {"prompt": "a dog"}, by="alice")
     got = engine.get(task.id)
     assert (got.status, got.next_retry_at) == (State.CANCELLED, None)
+
+
+def test_an_edit_keeps_the_requests_delay(engine):
+    executor = FakeDispatcher()
+    e = sibling(engine, dispatcher=executor)
+    old = e.submit("render", {"prompt": "a"}, owner="alice", delay=3600)
+    new = e.edit(old.id, {"prompt": "b"}, by="alice")
+    assert (new.status, executor.dispatches(new.id)) == (State.PENDING, [])
+    due = e.redis.zscore(e.keys.task(new.id).dispatch, new.id) / 1000
+    assert due - old.created_at >= 3600 - 1  # the request's time, not a new delay from the edit
+    assert e.check() == []

@@ -109,3 +109,15 @@ def test_each_claim_takes_a_higher_token_and_counts_an_attempt(engine):
     third = engine.claim(task.id, "w3")
     assert (third.token, third.attempt) == (3, 2)
     assert engine.check() == []
+
+
+def test_a_task_submitted_with_a_delay_cannot_be_claimed_or_dispatched_before_it(engine):
+    task = engine.submit("render", {}, owner="alice", delay=0.2)
+    with pytest.raises(IllegalTransition, match="delayed"):
+        engine.claim(task.id, "w1")
+    executor = FakeDispatcher()
+    e = sibling(engine, dispatcher=executor)
+    assert e.dispatch(task.id) is None and executor.dispatches(task.id) == []
+    wait_for_server_time(engine.redis, engine.redis.zscore(engine.keys.task(task.id).dispatch, task.id))
+    assert engine.claim(task.id, "w1").attempt == 1  # once its delay has passed
+    assert engine.check() == []

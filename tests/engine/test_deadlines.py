@@ -43,6 +43,16 @@ def test_a_retried_task_is_watched_again_for_the_times_it_had_not_passed(engine)
     assert engine.check() == []
 
 
+def test_an_edit_of_an_overdue_request_is_not_recorded_overdue_again(engine):
+    task = engine.submit("render", {"prompt": "a"}, owner="alice", due_in=0.02)
+    wait_for_server_time(engine.redis, engine.get(task.id).due_at * 1000)
+    assert engine.sweep().overdue == 1
+    new = engine.edit(task.id, {"prompt": "b"}, by="alice")
+    assert new.overdue_at == engine.get(task.id).overdue_at
+    assert engine.sweep().overdue == 0 and engine.stats()["images"]["overdue"] == 1
+    assert engine.check() == []
+
+
 def test_a_task_that_ends_in_time_is_never_overdue(engine):
     task = engine.submit("render", {}, owner="alice", due_in=0.02)
     engine.complete(engine.claim(task.id, "w1"), {})

@@ -182,3 +182,18 @@ def test_the_period_comes_from_the_redis_clock_not_the_local_one():
     server_day = datetime.fromtimestamp(engine.redis.time()[0], tz=timezone.utc).strftime("%Y-%m-%d")
     local_day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     assert fired.period == f"{server_day}T00:00:00Z" != f"{local_day}T00:00:00Z"
+
+
+def test_the_documented_seconds_example_fires_every_ten_seconds():
+    import re
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from croniter import croniter
+
+    line = next(ln for ln in (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text().splitlines()
+                if "sixth field" in ln)
+    example = re.search(r"`([^`]+)`", line).group(1)
+    it = croniter(example, datetime(2026, 3, 2, 2, 0, 0, tzinfo=timezone.utc))
+    times = [it.get_next(datetime) for _ in range(4)]
+    assert [(b - a).total_seconds() for a, b in zip(times, times[1:])] == [10, 10, 10], example
