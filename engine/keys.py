@@ -127,6 +127,11 @@ class Keys:
         """Hash: user name -> JSON record (admin flag, creation time, token digests)."""
         return f"{self.ns}:users"
 
+    def session(self, digest: str) -> str:
+        """String: a web login session's token digest (by the session id's SHA-256), with the
+        session's lifetime as TTL; deleted at logout, so a copied cookie stops working."""
+        return f"{self.ns}:session:{digest}"
+
     def tokens(self) -> str:
         """Hash: sha256 of an API token -> user name (tokens themselves are never stored)."""
         return f"{self.ns}:tokens"

@@ -129,11 +129,21 @@ def stuck_tasks(engine, queued_after: float, owner: str | None = None, limit: in
     requeue_ms = int(engine.config.requeue_after * 1000)
     out = []
     for queue in engine.queues():
-        leases = engine.redis.zrangebyscore(engine.keys.queue_key(queue, "leases"), "-inf", now, 0, limit)
         # A QUEUED task's dispatch deadline is dispatched_at + requeue_after: the oldest come first.
-        waiting = engine.redis.zrangebyscore(engine.keys.queue_key(queue, "dispatch"), "-inf",
-                                             now - queued_after * 1000 + requeue_ms, 0, limit)
-        ids = [_s(i) for i in leases + waiting]
+        for key, until in ((engine.keys.queue_key(queue, "leases"), now),
+                           (engine.keys.queue_key(queue, "dispatch"), now - queued_after * 1000 + requeue_ms)):
+            out += _stuck_in(engine, key, until, now, queued_after, owner, limit)
+    out.sort(key=lambda s: -s["for_seconds"])
+    return out[:limit]
+
+
+def _stuck_in(engine, key: str, until: float, now: int, queued_after: float, owner: str | None,
+              limit: int) -> list[dict]:
+    """Up to ``limit`` of ``owner``'s stuck tasks among one deadline set's due entries, read a
+    batch at a time: other owners' tasks first in line must not hide the caller's."""
+    out, offset = [], 0
+    while len(out) < limit:
+        ids = [_s(i) for i in engine.redis.zrangebyscore(key, "-inf", until, offset, limit)]
         for task in engine.get_many(ids, owner=owner):
             if task is None:
                 continue
@@ -142,8 +152,10 @@ def stuck_tasks(engine, queued_after: float, owner: str | None = None, limit: in
             elif task.status in (State.PENDING, State.QUEUED) and task.updated_at \
                     and now / 1000 - task.updated_at >= queued_after:
                 out.append(_stuck(task, f"{task.status.value.lower()}_too_long", now / 1000 - task.updated_at))
-    out.sort(key=lambda s: -s["for_seconds"])
-    return out[:limit]
+        if len(ids) < limit:
+            return out
+        offset += limit
+    return out
 
 
 def _stuck(task: Task, why: str, seconds: float) -> dict:
@@ -160,7 +172,7 @@ def throughput(engine, minutes: int = 5) -> dict:
     out = {}
     for queue in engine.queues():
         rows = {b: dict.fromkeys(sorted(TERMINAL_VALUES), 0) for b in buckets}
-        for ev in read_stream(engine, queue, str(first)):
+        for ev in read_stream(engine, queue, str(first), f"{now}-{MAX_SEQ}"):  # not past `now`: no bucket
             if is_terminal(ev):
                 rows[int(ev["at"] * 1000) // 60000 * 60000][ev["to"]] += 1
         out[queue] = [{"minute": b / 1000, **rows[b]} for b in buckets]

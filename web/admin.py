@@ -13,7 +13,7 @@ CSRF token, as every state change does.
 """
 from __future__ import annotations
 
-from flask import Blueprint, g, jsonify
+from flask import Blueprint, g, jsonify, request
 from werkzeug.exceptions import NotFound
 
 from engine import GhostlessError
@@ -28,8 +28,10 @@ bp = Blueprint("admin", __name__, url_prefix="/api/admin")
 FIELDS = frozenset({"type", "queue"})
 
 
-@bp.before_request
+@bp.before_app_request  # app-wide: a wrong method (405) must not tell a non-admin the path exists
 def _admins_only():
+    if not request.path.startswith("/api/admin/"):
+        return
     user = current_user()
     if user is None:
         raise ApiError(401, "unauthorized", "authentication required: a bearer token or a login session",

@@ -15,7 +15,7 @@ import hmac
 import secrets
 from urllib.parse import urlsplit
 
-from flask import Blueprint, g, jsonify, redirect, render_template, request, session
+from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session
 
 from engine.users import User
 from engine.web_queries import token_digest, user_for_digest
@@ -38,9 +38,47 @@ def current_user() -> User | None:
             scheme, _, token = header.strip().partition(" ")
             if scheme.lower() == "bearer":
                 g.user, g.auth = get_engine().users.authenticate(token.strip()), "bearer"
+                g.credential = (token_digest(token.strip()) if _encodable(token.strip()) else "", None)
         elif "digest" in session:
-            g.user, g.auth = user_for_digest(get_engine(), session.get("digest")), "cookie"
+            g.user, g.auth = _session_user(), "cookie"
+            g.credential = (session.get("digest"), _session_key(session.get("sid")))
     return g.user
+
+
+def _session_key(sid: object) -> str | None:
+    return get_engine().keys.session(token_digest(sid)) if isinstance(sid, str) and _encodable(sid) else None
+
+
+def _session_user() -> User | None:
+    """The cookie session's user, while the session is live in Redis (not logged out, not expired)."""
+    key, digest = _session_key(session.get("sid")), session.get("digest")
+    stored = get_engine().redis.get(key) if key else None
+    if stored is None or not isinstance(digest, str) or (stored.decode() if isinstance(stored, bytes) else stored) != digest:
+        return None
+    return user_for_digest(get_engine(), digest)
+
+
+def _start_session(digest: str) -> None:
+    """A fresh login session (nothing carried over from before: no fixation), recorded in Redis."""
+    session.clear()
+    session.permanent = True
+    sid = secrets.token_urlsafe(32)
+    session["sid"], session["digest"], session["csrf"] = sid, digest, secrets.token_urlsafe(32)
+    ttl = max(1, int(current_app.permanent_session_lifetime.total_seconds()))
+    get_engine().redis.set(_session_key(sid), digest, ex=ttl)
+
+
+def credential_check():
+    """A check, callable after the request (a stream runs on), that the caller's credential is
+    still good: its token not revoked and, for a cookie, its session not logged out."""
+    current_user()
+    engine, (digest, key) = get_engine(), g.get("credential", ("", None))
+
+    def still_valid() -> bool:
+        if key is not None and not engine.redis.exists(key):
+            return False
+        return engine.users.for_digest(digest) is not None
+    return still_valid
 
 
 def require_user() -> User:
@@ -127,10 +165,7 @@ def login():
         if _browser_form():
             return _login_form("Unknown or revoked token.", 401)
         raise ApiError(401, "unauthorized", "unknown or revoked token", UNAUTHORIZED)
-    session.clear()  # a fresh session: nothing carried over from before the login (fixation)
-    session.permanent = True
-    session["digest"] = token_digest(token)
-    session["csrf"] = secrets.token_urlsafe(32)
+    _start_session(token_digest(token))
     if _wants_json():
         return jsonify(user=user.name, admin=user.admin, csrf_token=session["csrf"])
     return redirect(_local_path(request.form.get("next")), code=303)
@@ -142,15 +177,15 @@ def login_link(code):
     found = get_engine().users.redeem_login_code(code)
     if found is None:
         return _login_form("This login link is unknown, used or expired.", 401)
-    session.clear()
-    session.permanent = True
-    session["digest"] = found[1]
-    session["csrf"] = secrets.token_urlsafe(32)
+    _start_session(found[1])
     return redirect("/", code=303)
 
 
 @bp.route("/logout", methods=["GET", "POST"])
 def logout():
+    key = _session_key(session.get("sid"))
+    if key:
+        get_engine().redis.delete(key)  # a copy of the cookie stops working too
     session.clear()
     if _wants_json():
         return jsonify(ok=True)

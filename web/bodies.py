@@ -29,7 +29,8 @@ def json_body(required: bool = True, fields: frozenset | None = None) -> dict:
 
 def _body(required: bool) -> dict:
     if request.mimetype in FORM_TYPES:
-        return {k: v for k, v in request.form.items() if k != "csrf_token"}
+        # A multipart part without a name= comes as the key None: an unknown field "(unnamed)".
+        return {(k if isinstance(k, str) else "(unnamed)"): v for k, v in request.form.items() if k != "csrf_token"}
     data = request.get_data(cache=True)
     if not data.strip():
         if required:

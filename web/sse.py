@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import redis
 from flask import Blueprint, Response, current_app, g, request
@@ -24,7 +25,7 @@ from flask import Blueprint, Response, current_app, g, request
 from engine import web_queries as wq
 
 from .api import task_json
-from .auth import require_user
+from .auth import credential_check, require_user
 from .broker import Dropped
 from .deps import get_broker, get_engine
 from .errors import ApiError
@@ -92,11 +93,14 @@ def task_events(task_id: str):
         raise ApiError(404, "not_found", "task not found")
     last = _last_event_id()
     last = last if wq.parse_stream_id(last) is not None else None
-    return _stream(_ending_on_redis_errors(task_stream(engine, get_broker(), task_id, last, *_settings())))
+    return _stream(_ending_on_redis_errors(task_stream(engine, get_broker(), task_id, last, *_settings(),
+                                                       still_valid=credential_check())))
 
 
-def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: float, retry_ms: int):
-    """Snapshot (or replay after ``last_id``), then live events until a terminal state."""
+def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: float, retry_ms: int,
+                still_valid=None):
+    """Snapshot (or replay after ``last_id``), then live events until a terminal state; ends early
+    once ``still_valid()`` (looked at every ``keepalive``) says the caller's credential is gone."""
     sub = broker.subscribe(lambda ev: ev["task_id"] == task_id)
     try:
         yield format_event(retry=retry_ms)
@@ -121,11 +125,14 @@ def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: fl
         if task.terminal:
             return
         sent = max(wq.parse_stream_id(position), wq.parse_stream_id(last_id or "0-0"))
+        revoked = _revocation_check(still_valid, min(keepalive, CREDENTIAL_CHECK))
         while True:
             try:
                 ev = sub.next(keepalive)
             except Dropped:
                 return  # the client reconnects with Last-Event-ID and replays the rest
+            if revoked():
+                return
             if ev is None:
                 yield format_comment("keep-alive")
                 continue
@@ -147,12 +154,13 @@ def all_events():
         positions = None  # not an id we sent: start afresh rather than skip events until then
     owner = None if g.caller.admin else g.caller.name
     return _stream(_ending_on_redis_errors(feed_stream(get_engine(), get_broker(), owner, positions,
-                                                       *_settings())))
+                                                       *_settings(), still_valid=credential_check())))
 
 
 def feed_stream(engine, broker, owner: str | None, positions: Positions | None, keepalive: float,
-                retry_ms: int):
-    """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live."""
+                retry_ms: int, still_valid=None):
+    """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live;
+    ends once ``still_valid()`` (looked at every ``keepalive``) says the caller's credential is gone."""
     def visible(ev: dict) -> bool:
         return owner is None or ev["owner"] == owner
 
@@ -168,10 +176,13 @@ def feed_stream(engine, broker, owner: str | None, positions: Positions | None, 
                     if visible(ev):
                         positions.advance(queue, ev["stream_id"])
                         yield format_event(str(positions), ev["kind"], ev)
+        revoked = _revocation_check(still_valid, min(keepalive, CREDENTIAL_CHECK))
         while True:
             try:
                 ev = sub.next(keepalive)
             except Dropped:
+                return
+            if revoked():
                 return
             if ev is None:
                 yield format_comment("keep-alive")
@@ -180,3 +191,22 @@ def feed_stream(engine, broker, owner: str | None, positions: Positions | None, 
                 yield format_event(str(positions), ev["kind"], ev)
     finally:
         broker.unsubscribe(sub)
+
+
+CREDENTIAL_CHECK = 2.0  # s: an open stream ends this soon after its token is revoked or its session ends
+
+
+def _revocation_check(still_valid, every: float):
+    """A function telling whether the caller's credential is gone, asking ``still_valid`` at most
+    once per ``every`` seconds (a busy stream must notice too, not only an idle one)."""
+    if still_valid is None:
+        return lambda: False
+    next_at = time.monotonic() + every
+
+    def revoked() -> bool:
+        nonlocal next_at
+        if time.monotonic() < next_at:
+            return False
+        next_at = time.monotonic() + every
+        return not still_valid()
+    return revoked

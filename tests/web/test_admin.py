@@ -39,6 +39,14 @@ def test_admin_calls_do_not_exist_for_users(client, engine, auth, caller, status
     assert snapshot(engine, task.id) == before and engine.draining() == []
 
 
+@pytest.mark.parametrize("caller, status", [("none", 401), ("alice", 404)])
+def test_a_wrong_method_tells_a_user_nothing_about_admin_paths(client, auth, caller, status):
+    r = client.get("/api/admin/retry-failed", headers=auth[caller])  # POST only: a 405 for an admin
+    assert r.status_code == status and "Allow" not in r.headers
+    assert r.get_json() == client.get("/api/admin/no-such-thing", headers=auth[caller]).get_json()
+    assert client.get("/api/admin/retry-failed", headers=auth["root"]).status_code == 405
+
+
 def test_a_users_cookie_session_gets_the_404_with_or_without_csrf(app, engine, tokens):
     browser = session(app, tokens["alice"])
     for headers in ({}, {"X-CSRF-Token": browser.csrf}):

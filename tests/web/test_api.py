@@ -264,6 +264,32 @@ def test_stats_list_stuck_tasks(make_app, auth, engine):
                                                           (overdue.id, "lease_expired")}
 
 
+def test_a_users_stuck_task_is_listed_behind_more_than_a_page_of_other_owners(make_app, auth, engine):
+    client = make_app(GHOSTLESS_STUCK_AFTER=0.05).test_client()
+    others = [engine.submit("render", {"i": i}, owner="bob") for i in range(105)]  # the API lists 100
+    mine = engine.submit("render", {}, owner="alice")  # last in line, behind bob's
+    wait_for_server_time(engine.redis, (engine.get(mine.id).updated_at + 0.05) * 1000)
+    stuck = client.get("/api/stats", headers=auth["alice"]).get_json()["stuck"]
+    assert [s["task_id"] for s in stuck] == [mine.id] and others
+
+
+def test_stats_survive_an_event_newer_than_the_clock_they_read(client, auth, engine):
+    # An event can land between the stats' TIME and their stream read, in the next minute.
+    task_in(engine, State.SUCCESS)
+    key = engine.keys.queue_key("images", "events")
+    sec, _ = engine.redis.time()
+    engine.redis.xadd(key, {"id": "images.0123456789abcdef0123", "kind": "transition", "to": "SUCCESS",
+                            "owner": "alice", "type": "render", "version": "3",
+                            "at": str((int(sec) + 120) * 1000)}, id=f"{(int(sec) + 120) * 1000}-0")
+    assert client.get("/api/stats", headers=auth["alice"]).status_code == 200
+
+
+def test_a_multipart_part_without_a_name_is_an_unknown_field_400(client, auth):
+    r = client.post("/api/tasks", headers=auth["alice"], content_type="multipart/form-data; boundary=b",
+                    data=b'--b\r\nContent-Disposition: form-data\r\n\r\nv\r\n--b--\r\n')
+    assert r.status_code == 400 and "unknown field" in r.get_json()["error"]["message"]
+
+
 # -- health -----------------------------------------------------------------------------------------
 def test_healthz_answers_without_authentication(client):
     assert client.get("/healthz").get_json() == {"status": "ok"}

@@ -243,3 +243,41 @@ def test_a_token_missing_from_its_users_record_is_refused_and_revoked_with_them(
     assert engine.users.authenticate(orphan) is None
     assert engine.users.revoke("dave")
     assert engine.redis.hget(engine.keys.tokens(), token_digest(orphan)) is None
+
+
+
+def test_after_logout_a_copy_of_the_session_cookie_no_longer_works(app, tokens):
+    browser = app.test_client()
+    csrf = browser.post("/login", json={"token": tokens["root"]}).get_json()["csrf_token"]
+    copy = app.test_client()
+    copy.set_cookie("ghostless_session", browser.get_cookie("ghostless_session").value)
+    assert copy.get("/api/me").status_code == 200
+    assert browser.get("/logout", headers={"Accept": "application/json"}).get_json() == {"ok": True}
+    assert copy.get("/api/me").status_code == 401
+    assert copy.post("/api/admin/queues/images/drain", headers={"X-CSRF-Token": csrf}).status_code == 401
+
+
+@pytest.mark.parametrize("how", ["revoke", "logout"])
+def test_an_open_event_stream_ends_once_its_credential_is_gone(app, engine, tokens, how):
+    browser = app.test_client()
+    browser.post("/login", json={"token": tokens["alice"]})
+    feed = open_sse(browser, "/api/events")
+    assert feed.next()["event"] == "ready"
+    if how == "revoke":
+        engine.users.revoke("alice")
+    else:
+        other = app.test_client()  # the same session, logged out from another tab
+        other.set_cookie("ghostless_session", browser.get_cookie("ghostless_session").value)
+        other.get("/logout")
+    feed.rest(timeout=5)  # ends: it would otherwise send keep-alives for ever
+    assert feed.ended
+
+
+def test_an_open_stream_of_a_live_credential_goes_on(app, tokens):
+    browser = app.test_client()
+    browser.post("/login", json={"token": tokens["alice"]})
+    feed = open_sse(browser, "/api/events")
+    assert feed.next()["event"] == "ready"
+    for _ in range(3):
+        assert feed.next_comment() == ": keep-alive"
+    feed.close()
