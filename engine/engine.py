@@ -163,9 +163,13 @@ class Engine(LeaseCalls):
             task.replayed = True
             return task
         now = int(reply[2]) / 1000
+        # Built from what was sent (no read back): the times are the script's, from Redis TIME.
         task = Task(id=task_id, type=tt.name, queue=tt.queue, owner=owner, status=State.PENDING,
                     max_attempts=tt.max_attempts, args=json.loads(args_json), created_at=now, updated_at=now,
-                    version=1, priority=priority, idempotency_key=idempotency_key or "", parents=parent_ids)
+                    version=1, priority=priority, idempotency_key=idempotency_key or "", parents=parent_ids,
+                    due_at=now + due_ms / 1000 if due_ms else None,
+                    escalate_at=now + escalate_ms / 1000 if escalate_ms else None, notify_url=notify_url or "",
+                    waiting=reply[3] == "waiting")
         if reply[3] == "resolve":  # a parent had already failed: cancelled now, not in a minute
             deps.resolve(self, task_id)
             return self._require(task_id)

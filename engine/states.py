@@ -121,5 +121,9 @@ def table() -> str:
     for t in TRANSITIONS.values():
         src = ", ".join(s.value for s in _ordered(t.sources)) or "(none)"
         dst = ", ".join(s.value for s in _ordered(t.targets))
+        chained = [d for s, d in t.edges if s in t.targets]  # expire: TIMEOUT, then on to RETRY_WAITING
+        if chained:
+            first = [d for s, d in t.edges if s not in t.targets]
+            dst = f"{', '.join(x.value for x in first)}, then {', '.join(x.value for x in chained)} (same call)"
         rows.append(f"| {t.verb} | {src} | {dst} | {t.who} |")
     return "\n".join(rows)

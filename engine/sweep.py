@@ -7,14 +7,17 @@ Calls for one batch share a pipeline: one round trip per batch, not per task.
 """
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 
-from .errors import Code, GhostlessError
+from .errors import Code, GhostlessError, UnknownTaskType
 from . import dependencies as deps
 from . import notify
 from .scripts import parse
 from .states import State
+
+log = logging.getLogger("ghostless.sweeper")
 
 
 @dataclass
@@ -146,8 +149,21 @@ def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport) ->
             else:
                 engine.dispatch_known(tid, engine.registry.get(type_name), int(priority or 0))
                 report.dispatched += 1
+        except UnknownTaskType:
+            _warn_unknown(type_name, tid)  # it waits, PENDING, for a sweeper that knows its type
         except GhostlessError:
-            continue  # changed meanwhile (claimed, cancelled) or a type this process does not know
+            continue  # changed meanwhile (claimed, cancelled)
+
+
+_warned_types: set[str] = set()
+
+
+def _warn_unknown(type_name: str, task_id: str) -> None:
+    """Once per type and process: a task this sweeper cannot dispatch, as its app lacks the type."""
+    if type_name not in _warned_types:
+        _warned_types.add(type_name)
+        log.warning("task %s of type %r waits: this sweeper's app does not register the type (a sweeper "
+                    "started before the type was added? restart it with the current app)", task_id, type_name)
 
 
 def _requeue_ms(engine) -> int:

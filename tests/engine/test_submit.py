@@ -79,3 +79,10 @@ def test_empty_or_missing_owner_is_a_value_error(engine, owner):
 def test_bad_options_are_value_errors(engine, kw):
     with pytest.raises(ValueError):
         engine.submit("render", {}, owner="alice", **kw)
+
+
+def test_the_task_submit_returns_carries_its_due_times_as_get_reads_them(engine):
+    task = engine.submit("render", {}, owner="alice", due_in=60, escalate_in=120)
+    got = engine.get(task.id)
+    assert (task.due_at, task.escalate_at) == (got.due_at, got.escalate_at) and task.due_at
+    assert (task.status, task.version, task.waiting, task.notify_url) == (got.status, got.version, False, "")

@@ -308,3 +308,20 @@ def test_sweep_with_a_full_batch_of_tasks_it_cannot_move_still_returns(engine, m
     monkeypatch.setattr(sweeper.scripts, "due", bounded_due)
     report = sweeper.sweep(batch=1)
     assert report.dispatched == 0
+
+
+def test_a_sweeper_without_the_tasks_type_says_so_once_and_leaves_it_waiting(engine, caplog, monkeypatch):
+    import logging
+
+    import engine.sweep as sweep_mod
+
+    monkeypatch.setattr(sweep_mod, "_warned_types", set())  # once per process: fresh for this test
+    blind = sibling(engine, dispatcher=FakeDispatcher(), types=False)  # started before the type existed
+    tasks = [engine.submit("render", {"i": i}, owner="alice", delay=0.01) for i in range(2)]
+    wait_for_server_time(engine.redis, max(engine.redis.zscore(engine.keys.task(t.id).dispatch, t.id) for t in tasks))
+    with caplog.at_level(logging.WARNING, logger="ghostless.sweeper"):
+        assert blind.sweep().dispatched == 0
+        blind.sweep()
+    warned = [r.getMessage() for r in caplog.records if "does not register the type" in r.getMessage()]
+    assert len(warned) == 1 and "'render'" in warned[0]
+    assert {engine.get(t.id).status for t in tasks} == {State.PENDING}

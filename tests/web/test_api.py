@@ -113,8 +113,8 @@ def test_list_shows_the_callers_tasks_newest_first_in_pages(client, auth, engine
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    # newest first; tasks created in the same millisecond come in id order
-    assert seen == sorted(ids, key=lambda i: (-round(engine.get(i).created_at * 1000), i))
+    # newest first; tasks created in the same millisecond come in descending id order (Redis's)
+    assert seen == sorted(ids, key=lambda i: (round(engine.get(i).created_at * 1000), i), reverse=True)
 
 
 def test_list_filters_by_status_type_and_queue(client, auth, engine):
