@@ -118,7 +118,8 @@ def clone_tasks(engine, template_id: str, set_name: str, n: int, chunk: int = 50
 def bench_tick(r) -> dict:
     big = Engine(r, namespace="big", dispatcher=IdleDispatcher())
     empty = Engine(r, namespace="empty", dispatcher=IdleDispatcher())
-    for e in (big, empty):
+    maker = Engine(r, namespace="big", dispatcher=None)  # makes the claimed templates (no dispatch, no delay)
+    for e in (big, empty, maker):
         @e.task(name="delayed", queue="q", lease=3600, timeout=7200)
         def delayed(ctx, prompt):  # pragma: no cover - never run
             return None
@@ -129,10 +130,10 @@ def bench_tick(r) -> dict:
     assert parse(big.scripts.call(name, keys, argv))[0] == 0
     templates["PENDING"] = (tid, "dispatch")
     for state in ("PROCESSING", "SUCCESS"):
-        task = big.submit("delayed", ARGS, owner="bench", delay=3600)
-        lease = big.claim(task.id, "w1")
+        task = maker.submit("delayed", ARGS, owner="bench")
+        lease = maker.claim(task.id, "w1")
         if state == "SUCCESS":
-            big.complete(lease, RESULT)
+            maker.complete(lease, RESULT)
         templates[state] = (task.id, "leases" if state == "PROCESSING" else "expiry")
 
     mem0 = r.info("memory")["used_memory"]
