@@ -1,0 +1,32 @@
+"""The benchmarks still run against the current engine (tiny sizes: a smoke test, no figures).
+
+A behaviour change can break a benchmark's set-up (a claim refused where it used to work) and
+`make bench` would only find out much later; these run each in-process in a few seconds.
+"""
+import pytest
+
+from tests.conftest import need_redis_server
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_core_benchmark_runs(monkeypatch, capsys):
+    need_redis_server()
+    from bench import core
+
+    for name, value in {"ROUNDS": 1, "N_TRIVIAL_1": 30, "N_LIFE_1": 10, "N_TRIVIAL_P": 200, "N_LIFE_P": 100}.items():
+        monkeypatch.setattr(core, name, value)
+    assert core.main() == 0
+    assert "core: lifecycle" in capsys.readouterr().out
+
+
+def test_the_sweep_benchmark_runs(monkeypatch, capsys):
+    need_redis_server()
+    from bench import sweep
+
+    for name, value in {"BIG": 300, "BIG_SPLIT": {"PENDING": 200, "PROCESSING": 50, "SUCCESS": 50}, "TICKS": 3,
+                        "RECLAIM": 200, "RECLAIM_VARIANT": 20, "RECLAIM_RQ": 10, "MEM_TASKS": 250}.items():
+        monkeypatch.setattr(sweep, name, value)
+    assert sweep.main() == 0
+    out = capsys.readouterr().out
+    assert "sweep tick:" in out and "sweep reclaim:" in out and "memory:" in out
