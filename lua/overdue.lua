@@ -6,11 +6,8 @@
 -- ARGV[1..4]: engine config; ARGV[5]: task id
 -- Returns: {OK, 'overdue' | 'escalated'} | {NOT_DUE} when neither time has come or the task ended |
 --   {NOT_FOUND}
-local t = load_task(K.task)
-if not t then
-  redis.call('ZREM', K.watch, ARGV[5])
-  return {C.NOT_FOUND}
-end
+local t = load_listed(K.task, K.watch, ARGV[5])
+if not t then return {C.NOT_FOUND} end
 local now = now_ms()
 local due, escalate = tonumber(t.due_at or 0), tonumber(t.escalate_at or 0)
 local kind, next_at

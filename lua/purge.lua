@@ -5,11 +5,8 @@
 -- ARGV[1..4]: engine config; ARGV[5]: task id
 -- Returns: {OK} | {NOT_DUE} when not yet due or no longer terminal, or when a task still waits on
 --   it (kept another retention period) | {NOT_FOUND}
-local t = load_task(K.task)
-if not t then
-  redis.call('ZREM', K.expiry, ARGV[5])
-  return {C.NOT_FOUND}
-end
+local t = load_listed(K.task, K.expiry, ARGV[5])
+if not t then return {C.NOT_FOUND} end
 local now = now_ms()
 local due = redis.call('ZSCORE', K.expiry, t.id)
 if not TERMINAL[t.status] or not due or tonumber(due) > now then return {C.NOT_DUE} end

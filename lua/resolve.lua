@@ -10,11 +10,8 @@
 --   passed yet; the sweeper dispatches it then) | {NOT_DUE} when a parent is still running (the task waits,
 --   registered with it) or the task is not waiting | {NOT_FOUND}
 local n = tonumber(ARGV[6])
-local t = load_task(K.task)
-if not t then
-  redis.call('ZREM', K.waiting, ARGV[5])
-  return {C.NOT_FOUND}
-end
+local t = load_listed(K.task, K.waiting, ARGV[5])
+if not t then return {C.NOT_FOUND} end
 local now = now_ms()
 if t.status ~= 'PENDING' or t.waiting_on ~= '1' or (t.parents or '') ~= table.concat(ARGV, ',', 7, 6 + n) then
   redis.call('ZREM', K.waiting, t.id)

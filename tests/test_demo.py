@@ -45,7 +45,7 @@ def test_demo_serves_the_dashboard_with_a_login_link_and_stops_everything_it_sta
     import socket
     import urllib.request
 
-    from tests.support.procs import children
+    from tests.support.procs import children, running
     from tests.support.wait import wait_until
 
     need_redis_server()
@@ -74,18 +74,8 @@ def test_demo_serves_the_dashboard_with_a_login_link_and_stops_everything_it_sta
         demo.send_signal(signal.SIGTERM)
         demo.wait(30)
 
-        def gone():
-            alive = []
-            for pid in started:
-                try:
-                    state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-                except OSError:
-                    continue
-                if state != "Z":
-                    alive.append(pid)
-            return not alive
-
-        wait_until(gone, timeout=15, what="every process the demo started to end")
+        wait_until(lambda: not any(running(pid) for pid in started), timeout=15,
+                   what="every process the demo started to end")
     finally:
         if demo.poll() is None:
             demo.kill()

@@ -17,6 +17,13 @@ local function load_task(key)
   return t
 end
 
+-- The task, or nil after taking the id of a task that is gone out of the sweeper's `set`.
+local function load_listed(key, set, id)
+  local t = load_task(key)
+  if not t then redis.call('ZREM', set, id) end
+  return t
+end
+
 -- Writes `fields` to the hash (one HSET) and mirrors them into `t`.
 local function save_task(key, t, fields)
   local args = {}

@@ -8,36 +8,11 @@ import pytest
 from engine import Code, IllegalTransition, LeaseLost, State, TaskCancelled, TaskNotFound
 from engine.keys import new_task_id
 from tests.support.fakes import FakeDispatcher
-from tests.support.snapshots import raw_task, sibling, snapshot
-from tests.support.wait import wait_for_server_time
-
-GHOST = "images.0123456789abcdef0123"
+from tests.support.snapshots import GHOST, in_state, raw_task, sibling, snapshot
 
 
 def submitted(engine, type="render", **kw):
     return engine.submit(type, {"prompt": "a cat"}, owner="alice", **kw)
-
-
-def in_state(engine, state):
-    """A task of alice in ``state`` (and its last lease, if it had one)."""
-    task = submitted(engine, "brief" if state == State.TIMEOUT else "render")
-    lease = None
-    if state == State.PENDING:
-        return task, lease
-    lease = engine.claim(task.id, "w1")
-    if state == State.SUCCESS:
-        engine.complete(lease, {"ok": True})
-    elif state == State.FAILED:
-        engine.fail(lease, "boom", "broken", retryable=False)
-    elif state == State.RETRY_WAITING:
-        engine.fail(lease, "boom", "flaky")
-    elif state == State.TIMEOUT:
-        wait_for_server_time(engine.redis, engine.get(task.id).lease_deadline * 1000)
-        assert engine.sweep().timed_out == 1
-    elif state == State.CANCELLED:
-        engine.cancel(task.id, by="alice")
-    assert engine.get(task.id).status == state
-    return task, lease
 
 
 # -- cancel ---------------------------------------------------------------------------------------

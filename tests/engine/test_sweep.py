@@ -7,10 +7,9 @@ import pytest
 
 from engine import Code, Config, LeaseLost, State, WrongDispatch
 from tests.support.fakes import FakeDispatcher
-from tests.support.snapshots import claimed, raw_task, sibling, snapshot
+from tests.support.snapshots import GHOST, claimed, raw_task, sibling, snapshot
 from tests.support.wait import server_ms, wait_for_server_time
 
-GHOST = "images.0123456789abcdef0123"
 
 
 def wait_for_lease_deadline(engine, task_id):

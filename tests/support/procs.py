@@ -64,6 +64,14 @@ class Proc:
         return Path(self.log.name).read_text(errors="replace")
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def children(pid: int) -> list[int]:
     """Direct children of ``pid`` (from /proc; a work-horse is its own process group)."""
     found = []

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 
-from engine import Config, Engine, Lease
+from engine import Config, Engine, Lease, State
 from tests.conftest import register_test_types
+from tests.support.wait import wait_for_server_time
 
 DEADLINE_SETS = ("dispatch", "leases", "retries", "expiry", "index")
+GHOST = "images.0123456789abcdef0123"  # a well-formed task id no test creates
 
 
 def _s(v):
@@ -59,7 +61,7 @@ def sibling(engine: Engine, config: Config | None = None, dispatcher=None, types
     return register_test_types(other) if types else other
 
 
-def ghost_lease(task_id: str = "images.0123456789abcdef0123", token: int = 1, type: str = "render") -> Lease:
+def ghost_lease(task_id: str = GHOST, token: int = 1, type: str = "render") -> Lease:
     """A lease on a well-formed task id that no task has."""
     return Lease(task_id=task_id, token=token, attempt=1, args={}, type=type, worker="w1", lease=30.0,
                  max_attempts=3)
@@ -75,6 +77,29 @@ HOLDER_CALLS = {
     "fail": lambda e, lease: e.fail(lease, "boom", "it broke"),
     "release": lambda e, lease: e.release(lease),
 }
+
+
+def in_state(engine: Engine, state: State, owner: str = "alice", type: str = "render"):
+    """A task of ``owner`` in ``state``, made through the engine, and its last lease (None when
+    it had none). TIMEOUT uses the ``brief`` type, whose attempt times out."""
+    task = engine.submit("brief" if state == State.TIMEOUT else type,
+                         {} if state == State.TIMEOUT else {"prompt": "a cat"}, owner=owner)
+    if state == State.PENDING:
+        return task, None
+    lease = engine.claim(task.id, "w1")
+    if state == State.SUCCESS:
+        engine.complete(lease, {"url": "s3://cat"})
+    elif state == State.FAILED:
+        engine.fail(lease, "boom", "it broke", retryable=False)
+    elif state == State.RETRY_WAITING:
+        engine.fail(lease, "boom", "flaky")
+    elif state == State.TIMEOUT:
+        wait_for_server_time(engine.redis, engine.get(task.id).lease_deadline * 1000)
+        assert engine.sweep().timed_out == 1
+    elif state == State.CANCELLED:
+        engine.cancel(task.id, by=owner)
+    assert engine.get(task.id).status == state
+    return task, lease
 
 
 def claimed(engine: Engine, type: str = "render"):

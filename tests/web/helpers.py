@@ -4,31 +4,15 @@ from __future__ import annotations
 import threading
 
 from engine import Engine, State
-from tests.support.wait import wait_for_server_time, wait_until
+from tests.support.snapshots import GHOST, in_state
+from tests.support.wait import wait_until
 
-GHOST = "images.0123456789abcdef0123"  # well-formed, never created
+__all__ = ["GHOST", "task_in", "when_subscribed"]
 
 
 def task_in(engine: Engine, state: State, owner: str = "alice", type: str = "render"):
-    """A task of ``owner`` in ``state`` (TIMEOUT uses the ``brief`` type, whose attempt times out)."""
-    task = engine.submit("brief" if state == State.TIMEOUT else type, {} if state == State.TIMEOUT
-                         else {"prompt": "a cat"}, owner=owner)
-    if state == State.PENDING:
-        return task
-    lease = engine.claim(task.id, "w1")
-    if state == State.SUCCESS:
-        engine.complete(lease, {"url": "s3://cat"})
-    elif state == State.FAILED:
-        engine.fail(lease, "boom", "it broke", retryable=False)
-    elif state == State.RETRY_WAITING:
-        engine.fail(lease, "boom", "flaky")
-    elif state == State.TIMEOUT:
-        wait_for_server_time(engine.redis, engine.get(task.id).lease_deadline * 1000)
-        assert engine.sweep().timed_out == 1
-    elif state == State.CANCELLED:
-        engine.cancel(task.id, by=owner)
-    assert engine.get(task.id).status == state
-    return engine.get(task.id)
+    """A task of ``owner`` in ``state``, as the engine reads it now."""
+    return engine.get(in_state(engine, state, owner, type)[0].id)
 
 
 def when_subscribed(broker, action, subscribers: int = 1) -> threading.Thread:

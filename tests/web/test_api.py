@@ -266,11 +266,12 @@ def test_stats_list_stuck_tasks(make_app, auth, engine):
 
 def test_a_users_stuck_task_is_listed_behind_more_than_a_page_of_other_owners(make_app, auth, engine):
     client = make_app(GHOSTLESS_STUCK_AFTER=0.05).test_client()
-    others = [engine.submit("render", {"i": i}, owner="bob") for i in range(105)]  # the API lists 100
+    for i in range(105):  # the API lists 100
+        engine.submit("render", {"i": i}, owner="bob")
     mine = engine.submit("render", {}, owner="alice")  # last in line, behind bob's
     wait_for_server_time(engine.redis, (engine.get(mine.id).updated_at + 0.05) * 1000)
     stuck = client.get("/api/stats", headers=auth["alice"]).get_json()["stuck"]
-    assert [s["task_id"] for s in stuck] == [mine.id] and others
+    assert [s["task_id"] for s in stuck] == [mine.id]
 
 
 def test_stats_survive_an_event_newer_than_the_clock_they_read(client, auth, engine):

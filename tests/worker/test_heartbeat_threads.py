@@ -2,7 +2,6 @@
 attempts one after another), never shared while one is still busy."""
 import os
 import threading
-import time
 
 from engine import State
 from engine.context import TaskContext
@@ -83,10 +82,10 @@ def test_a_forked_work_horse_starts_its_own_heartbeat_thread():
             engine.beat_on.clear()
             child_hb = attempt(engine, "q.00000000000000000004")
             child_hb.start()
-            deadline = time.monotonic() + 5
-            while not engine.beat_on and time.monotonic() < deadline:
-                time.sleep(0.01)
-            code = 0 if engine.beat_on else 3
+            wait_until(lambda: engine.beat_on, 5, what="a heartbeat in the child")
+            code = 0
+        except AssertionError:
+            code = 3
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

@@ -9,8 +9,9 @@ import pytest
 from engine import State
 from tests.apps.basic import SLOW_BEAT_LEASE, gate_key
 from tests.worker.helpers import (
-    LEASE, OWNER, logged, server_now, side_log, transitions, wait_logged, wait_status, wait_terminal,
+    LEASE, OWNER, logged, server_now, transitions, wait_logged, wait_status, wait_terminal,
 )
+from tests.support.procs import running
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.slow
@@ -158,7 +159,7 @@ def test_a_work_horse_that_cannot_release_exits_and_its_parent_releases_the_task
     released = wait_until(lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None),
                           GRACE + 8, what="the release by the worker's parent")
     assert released.reason.startswith("work-horse exited with status 1"), released.reason
-    wait_until(lambda: not any(_alive(pid) for pid in horses), 5, what="the work-horse to end")
+    wait_until(lambda: not any(running(pid) for pid in horses), 5, what="the work-horse to end")
     assert wait_status(engine, task.id, State.PENDING, State.QUEUED).attempt == 0
     assert logged(engine, task.id, "done") == []
     assert _exited(worker) is not None
@@ -179,13 +180,3 @@ def test_sigterm_to_the_whole_process_group_still_gives_the_attempt_its_grace(en
     assert _exited(worker) == 0
     assert engine.check() == []
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a reaped zombie of the worker still answers kill(0) until it is waited for
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
