@@ -31,6 +31,11 @@ def parse_task_id(task_id: object) -> str | None:
     return m.group(1) if m else None
 
 
+def _owner_digest(owner: str) -> str:
+    # Hashed: owner names are user input of any length and alphabet.
+    return hashlib.sha256(owner.encode()).hexdigest()[:32]
+
+
 class TaskKeys(NamedTuple):
     """The keys every task script receives, in this order (KEYS[1..T], T = len(TaskKeys._fields)).
 
@@ -57,6 +62,7 @@ class TaskKeys(NamedTuple):
     waiting: str  # zset: PENDING tasks waiting on parents, scored by when to look at their parents
     outbox: str  # list: webhook notifications to hand to the notifier (JSON entries)
     notifications: str  # list: ids of the notification tasks made for this task
+    owners: str  # hash: per owner, unfinished tasks ('n:<owner>') and their args bytes ('b:<owner>')
 
 
 class Keys:
@@ -99,6 +105,7 @@ class Keys:
             waiting=f"{q}:waiting",
             outbox=f"{q}:outbox",
             notifications=f"{t}:notifications",
+            owners=f"{q}:owners",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:
@@ -108,8 +115,12 @@ class Keys:
 
     def owner_index(self, queue: str, owner: str) -> str:
         """Zset: one owner's tasks in a queue, scored by creation time (ms)."""
-        digest = hashlib.sha256(owner.encode()).hexdigest()[:32]
-        return self.queue_key(queue, f"owner:{digest}")
+        return self.queue_key(queue, f"owner:{_owner_digest(owner)}")
+
+    def submit_rate(self, queue: str, owner: str) -> str:
+        """String: one owner's submit-rate state in a queue (the time its quota's bucket is empty
+        until, ms), expiring with it."""
+        return self.queue_key(queue, f"rate:{_owner_digest(owner)}")
 
     def breaker(self, queue: str, upstream: str) -> str:
         """Hash: one upstream's circuit breaker state and outcome counts, in one queue."""

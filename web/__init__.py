@@ -13,6 +13,9 @@
 - ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes
   ``/metrics`` with; ``GHOSTLESS_METRICS_PUBLIC`` (else env ``GHOSTLESS_METRICS_PUBLIC=1``):
   serve /metrics to anyone. Without either, only admins may read it (web/metrics.py).
+- ``GHOSTLESS_QUOTA`` (else env of that name): every user's submit quota, engine.quota.WEB_DEFAULT
+  unless set (a Quota, a dict / JSON object of its fields over the defaults, or None / ``off``);
+  ``GHOSTLESS_QUOTA_CACHE`` (s a user's own limits are cached per process). web/quotas.py.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from flask import Flask
 
 from engine.app import AppError
 
-from . import admin, api, auth, deps, errors, health, metrics, pages, sse
+from . import admin, api, auth, deps, errors, health, metrics, pages, quotas, sse
 
 log = logging.getLogger("ghostless.web")
 
@@ -59,6 +62,7 @@ def create_app(config: dict | None = None) -> Flask:
         app.config["SECRET_KEY"] = os.environ.get("GHOSTLESS_SECRET_KEY") or _random_key()
     deps.init_app(app)
     errors.init_app(app)
+    quotas.init_app(app)
     for blueprint in (auth.bp, api.bp, sse.bp, admin.bp, health.bp, metrics.bp, pages.bp):
         app.register_blueprint(blueprint)
     return app
