@@ -34,7 +34,7 @@ from .server import check_server
 from .states import State
 from .users import Users
 from .lease_calls import LeaseCalls
-from .validate import duration_ms as _duration_ms, text as _text
+from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -409,16 +409,4 @@ class Engine(LeaseCalls):
         return self._json("args", args, min(limit, quota.max_args_bytes or limit) if quota else limit)
 
     def _json(self, what: str, value, limit: int | None = None) -> str:
-        try:
-            text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{what} is not JSON-serialisable: {e}") from None
-        if "\\ud" in text:  # a surrogate escape: fine in a pair, not alone (not Unicode text)
-            try:
-                json.dumps(value, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError(f"{what} holds text that is not valid Unicode (a lone surrogate)") from None
-        limit = limit or self.config.max_args_bytes
-        if len(text.encode()) > limit:
-            raise ValueError(f"{what} is {len(text.encode())} bytes of JSON, over the limit of {limit}")
-        return text
+        return _json_text(what, value, limit or self.config.max_args_bytes)
