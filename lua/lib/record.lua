@@ -86,12 +86,14 @@ local function close_stage(K, t, now)
 end
 
 -- Counts the task in (delta 1) or out (delta -1) of its owner's unfinished tasks and their args
--- bytes in the queue's owners hash, which submit quotas read (lib/quota); a field that reaches 0
--- goes, so the hash holds only owners with unfinished tasks.
+-- bytes in the queue's owners hash, which submit quotas read (lib/quota). A field that reaches 0
+-- goes, so the hash holds only owners with unfinished tasks; one that would go below 0 (a task
+-- submitted before the counts existed ended) goes too, so the counts are right again once the
+-- owner has no unfinished task left.
 local function count_unfinished(K, t, delta)
   local bytes = t.args_bytes or redis.call('STRLEN', K.args)
-  if redis.call('HINCRBY', K.owners, 'n:' .. t.owner, delta) == 0 then redis.call('HDEL', K.owners, 'n:' .. t.owner) end
-  if redis.call('HINCRBY', K.owners, 'b:' .. t.owner, delta * bytes) == 0 then
+  if redis.call('HINCRBY', K.owners, 'n:' .. t.owner, delta) <= 0 then redis.call('HDEL', K.owners, 'n:' .. t.owner) end
+  if redis.call('HINCRBY', K.owners, 'b:' .. t.owner, delta * bytes) <= 0 then
     redis.call('HDEL', K.owners, 'b:' .. t.owner)
   end
 end

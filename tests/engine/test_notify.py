@@ -139,7 +139,7 @@ def test_a_receiver_answering_410_stops_the_deliveries(notifying, receiver):
                                                                                           "webhook_gone")
 
 
-@pytest.mark.parametrize("url", ["ftp://x/y", "not a url", "http://", 42])
+@pytest.mark.parametrize("url", ["ftp://x/y", "file:///etc/passwd", "gopher://127.0.0.1:6379/_x", "not a url", "http://", 42])
 def test_bad_webhook_urls_are_value_errors(notifying, url):
     with pytest.raises(ValueError):
         notifying.submit("render", {}, owner="alice", notify_url=url)
@@ -237,3 +237,10 @@ def test_the_connection_goes_to_the_address_that_was_checked(notifying, receiver
     task = deliver_to(notifying, url.replace("127.0.0.1", "hook.rebind.test"))
     assert task.status == State.SUCCESS and len(got) == 1 and answers == ["hook.rebind.test"]
     assert got[0][0]["Host"].startswith("hook.rebind.test:")
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.invalid/x", "javascript:alert(1)"])
+def test_an_owners_default_webhook_must_be_http_or_https(notifying, url):
+    with pytest.raises(ValueError, match="http"):
+        notifying.set_webhook("alice", url)
+    assert notifying.submit("render", {}, owner="alice").notify_url == ""

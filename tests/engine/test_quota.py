@@ -156,6 +156,18 @@ def test_a_retried_timeout_keeps_the_task_counted_through_its_passing_timeout_st
     assert engine.check() == []
 
 
+def test_a_task_that_was_never_counted_ends_without_taking_its_owners_counts_below_zero(engine):
+    """As for a task submitted before the counts existed: they are exact again once the owner has
+    no unfinished task left."""
+    old = engine.submit("render", {"prompt": "old"}, owner="alice")
+    engine.redis.delete(engine.keys.queue_key("images", "owners"))
+    new = engine.submit("render", {}, owner="alice")
+    engine.cancel(old.id, by="alice")
+    engine.cancel(new.id, by="alice")
+    assert engine.redis.hgetall(engine.keys.queue_key("images", "owners")) == {}
+    assert engine.check() == []
+
+
 def test_check_reports_counts_that_do_not_match_the_tasks(engine):
     engine.submit("render", {}, owner="alice")
     engine.redis.hincrby(engine.keys.queue_key("images", "owners"), "n:alice", 1)
