@@ -98,7 +98,7 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
             bound = tt.bind(ctx, lease.args or {})
         except BadArgs as e:  # args that can never fit: no attempt will do better
             raise PermanentError(str(e), kind="bad_args") from None
-        result = tt.fn(*bound.args, **bound.kwargs) if bound else tt.fn(ctx, **(lease.args or {}))
+        result = tt.fn(*bound.args, **bound.kwargs) if bound is not None else tt.fn(ctx, **(lease.args or {}))
         _verify(tt, result, ctx)  # still under the heartbeat: a check may take a while
     except AttemptReleased:
         if not (hb.lost or hb.abandoned):

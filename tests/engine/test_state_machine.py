@@ -1,7 +1,7 @@
 """Stateful property test: random interleavings of every verb, checked against a reference model.
 
 A Hypothesis ``RuleBasedStateMachine`` drives one Engine with submit (with and without
-idempotency keys, replays and conflicts), claim (direct, by a job's delivery, or resent),
+idempotency keys, replays and conflicts, and under a quota with room for one more task or none), claim (direct, by a job's delivery, or resent),
 heartbeat, stage, progress, checkpoint, complete, fail, release, cancel, edit, retry, dispatch,
 sweep and time passing, on short leases so that expiry and retry promotion really happen. Each
 example runs with no executor (tasks wait in PENDING) or with an in-memory one (the engine
@@ -20,7 +20,8 @@ reason its deadlines call for (heartbeat_lost, stage_timeout:<stage>, attempt_ti
 heartbeat retried at once; RETRY_WAITING -> PENDING, never before its backoff.
 
 After every step: engine.check() is clean; every task's state, attempt, token, owner and links
-agree with the model; the counters in engine.stats() equal the model's counts; each history is a
+agree with the model; the counters in engine.stats() equal the model's counts, and each queue's owner
+counts (unfinished tasks and their args bytes, which quotas read) the model's; each history is a
 chain of legal transitions ending in the task's state; a terminal task is frozen (until a manual
 retry of FAILED / TIMEOUT; SUCCESS and CANCELLED never change).
 
