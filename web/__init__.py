@@ -21,7 +21,7 @@ import os
 import secrets
 from datetime import timedelta
 
-from flask import Flask
+from flask import Flask, request
 
 from engine.app import AppError
 
@@ -59,9 +59,19 @@ def create_app(config: dict | None = None) -> Flask:
         app.config["SECRET_KEY"] = os.environ.get("GHOSTLESS_SECRET_KEY") or _random_key()
     deps.init_app(app)
     errors.init_app(app)
+    app.after_request(_json_headers)
     for blueprint in (auth.bp, api.bp, sse.bp, admin.bp, health.bp, metrics.bp, pages.bp):
         app.register_blueprint(blueprint)
     return app
+
+
+def _json_headers(response):
+    """Nothing under /api (streams and errors included) and no JSON answer is cached or
+    content-sniffed, whoever answers it."""
+    if request.path.startswith("/api/") or response.mimetype == "application/json":
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 def close_app(app: Flask) -> None:
