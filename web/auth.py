@@ -12,6 +12,7 @@
   back under the same origin check plus a form token kept in the session, and only that POST
   uses the code, so no link or image on another site replaces a logged-in person's session.
 - Logout is ``POST /logout`` with the CSRF token; ``GET /logout`` shows a page with the button.
+- Failed logins and failed bearer checks are limited per client address (web/limits.py).
 - A new login leaves the user's other sessions alone (other browsers); revoking the user ends all.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from flask import Blueprint, current_app, g, jsonify, redirect, render_template,
 from engine.users import User
 from engine.web_queries import token_digest, user_for_digest
 
+from . import limits
 from .bodies import json_body
 from .deps import get_engine
 from .errors import ApiError
@@ -45,6 +47,8 @@ def current_user() -> User | None:
             if scheme.lower() == "bearer":
                 g.user, g.auth = get_engine().users.authenticate(token.strip()), "bearer"
                 g.credential = (token_digest(token.strip()) if _encodable(token.strip()) else "", None)
+                if g.user is None:
+                    limits.count_failure("bearer")  # a good token costs no extra call
         elif "digest" in session:
             g.user, g.auth = _session_user(), "cookie"
             g.credential = (session.get("digest"), _session_key(session.get("sid")))
@@ -181,10 +185,13 @@ def _refused(e: ApiError):
     raise e
 
 
-def _or_401(lookup, message: str, headers: dict | None = None):
-    """``lookup()``; a failure (None) is a 401 with ``message``."""
+def _under_login_limit(lookup, message: str, headers: dict | None = None):
+    """``lookup()``, unless this address is over its failed-login limit; a failure (None) counts
+    and is a 401 with ``message``."""
+    limits.refuse_if_blocked("login")
     found = lookup()
     if found is None:
+        limits.count_failure("login")
         raise ApiError(401, "unauthorized", message, headers)
     return found
 
@@ -207,7 +214,7 @@ def login():
         if _cross_origin():
             raise ApiError(403, "csrf_failed", "this login came from another site and was refused")
         token = json_body(required=False).get("token")
-        user = _or_401(lambda: get_engine().users.authenticate(token) if _encodable(token) else None,
+        user = _under_login_limit(lambda: get_engine().users.authenticate(token) if _encodable(token) else None,
                                   "unknown or revoked token", UNAUTHORIZED)
     except ApiError as e:
         return _refused(e)
@@ -222,7 +229,7 @@ def login_link(code):
     """A one-time login link (``ghostless user login-link NAME``; the demo prints one) opens a
     page that asks first: the code is used only by that page's POST (no login CSRF by link)."""
     try:
-        user = _or_401(lambda: get_engine().users.login_code_user(code), LINK_GONE)
+        user = _under_login_limit(lambda: get_engine().users.login_code_user(code), LINK_GONE)
     except ApiError as e:
         return _refused(e)
     if not isinstance(session.get("login_csrf"), str):
@@ -240,7 +247,7 @@ def redeem_login_link(code):
             raise ApiError(403, "csrf_failed", "this login came from another site and was refused")
         if not _same(request.form.get("csrf_token"), session.get("login_csrf")):
             raise ApiError(403, "csrf_failed", "this login form has expired: open the link again")
-        found = _or_401(lambda: get_engine().users.redeem_login_code(code), LINK_GONE)
+        found = _under_login_limit(lambda: get_engine().users.redeem_login_code(code), LINK_GONE)
     except ApiError as e:
         return _refused(e)
     return _logged_in(found[1], found[0])
