@@ -3,6 +3,8 @@
 Every key of a queue shares the hash tag ``{queue}`` so each script touches a
 single slot (Redis Cluster ready). A task id carries its queue
 (``<queue>.<20 hex>``), so any task's keys can be built from its id alone.
+Keys of no queue that are new (the web's rate limits) share the global tag ``{@global}``
+(``@`` is outside the queue alphabet, so no queue's tag can equal it).
 """
 from __future__ import annotations
 
@@ -142,6 +144,16 @@ class Keys:
         """String: a web login session's token digest (by the session id's SHA-256), with the
         session's lifetime as TTL; deleted at logout, so a copied cookie stops working."""
         return f"{self.ns}:session:{digest}"
+
+    def global_key(self, name: str) -> str:
+        """A key of no queue, under the global hash tag (one Cluster slot for all of them)."""
+        return f"{self.ns}:{{@global}}:{name}"
+
+    def rate_limit(self, kind: str, address: str) -> str:
+        """String: failed attempts of one kind (``login``, ``bearer``) from one client address in
+        the current window, with the window's remainder as TTL (web/limits.py)."""
+        digest = hashlib.sha256(address.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return self.global_key(f"ratelimit:{kind}:{digest}")
 
     def tokens(self) -> str:
         """Hash: sha256 of an API token -> user name (tokens themselves are never stored)."""

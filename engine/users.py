@@ -28,6 +28,10 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _code_shaped(code: object) -> bool:
+    return isinstance(code, str) and 8 <= len(code) <= 128 and code.isascii()
+
+
 def _s(v):
     return v.decode() if isinstance(v, bytes) else v
 
@@ -130,9 +134,15 @@ class Users:
         self.redis.set(self.keys.login_code(_digest(code)), name, px=int(ttl * 1000))
         return code
 
+    def login_code_user(self, code: object) -> User | None:
+        """The user a valid one-time code would log in (a confirmation page), without using it up."""
+        name = self.redis.get(self.keys.login_code(_digest(code))) if _code_shaped(code) else None
+        user = self.get(_s(name)) if name else None
+        return user if user is not None and user.tokens else None
+
     def redeem_login_code(self, code: object) -> tuple[User, str] | None:
         """(user, digest of their newest token) for a valid code, used up by this call; else None."""
-        if not isinstance(code, str) or not 8 <= len(code) <= 128 or not code.isascii():
+        if not _code_shaped(code):
             return None
         name = self.redis.getdel(self.keys.login_code(_digest(code)))
         raw = self.redis.hget(self.keys.users(), _s(name)) if name else None
