@@ -2,8 +2,8 @@
 from .config import Config
 from .engine import Engine
 from .errors import (
-    BreakerOpen, Code, GhostlessError, IdempotencyConflict, IllegalTransition, LeaseLost, PermanentError, RedisSetupError,
-    TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType, WrongDispatch,
+    BreakerOpen, Code, GhostlessError, IdempotencyConflict, IllegalTransition, LeaseLost, PermanentError, RedisFull,
+    RedisSetupError, TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType, WrongDispatch,
 )
 from .models import Event, Lease, Task
 from .registry import Backoff, Breaker, TaskType
@@ -11,6 +11,6 @@ from .states import State, TERMINAL, TRANSITIONS
 
 __all__ = [
     "Backoff", "Breaker", "BreakerOpen", "Code", "Config", "Engine", "Event", "GhostlessError", "IdempotencyConflict", "IllegalTransition",
-    "Lease", "LeaseLost", "PermanentError", "RedisSetupError", "State", "TERMINAL", "TRANSITIONS", "Task",
+    "Lease", "LeaseLost", "PermanentError", "RedisFull", "RedisSetupError", "State", "TERMINAL", "TRANSITIONS", "Task",
     "TaskCancelled", "TaskNotFound", "TaskType", "UnknownParent", "UnknownTaskType", "WrongDispatch",
 ]

@@ -8,9 +8,11 @@ import random
 import uuid
 from typing import Any
 
+import redis
+
 from . import breakers as breakers_mod
 from .config import ms
-from .errors import BreakerOpen, Code, TaskNotFound
+from .errors import BreakerOpen, Code, RedisFull, TaskNotFound
 from .models import Lease
 from .scripts import refuse
 from .states import State
@@ -29,7 +31,9 @@ class LeaseCalls:
 
         Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
             UnknownTaskType (this engine does not run the task's type; nothing is imported),
-            BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task).
+            BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task),
+            RedisFull or redis-py's ConnectionError/TimeoutError (the job given is then reported lost:
+            ``job_lost``, so the sweeper dispatches the task again within seconds).
         """
         worker = _text("worker", worker)
         types = "," + ",".join(t.name for t in self.registry) + ","
@@ -43,8 +47,13 @@ class LeaseCalls:
             if tt.breaker:
                 breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
                 spec = tt.breaker.spec(tt.breaker_name)
-        reply = self.scripts.claim(keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types,
-                                   breaker_key, spec)
+        try:
+            reply = self.scripts.claim(keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types,
+                                       breaker_key, spec)
+        except (RedisFull, redis.ConnectionError, redis.TimeoutError):
+            if dispatch_id:  # the executor handed this job over: it will not be delivered again
+                self.job_lost(task_id, dispatch_id)
+            raise
         if reply[0] == Code.BREAKER_OPEN:
             raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
         flat = reply[7] if len(reply) > 7 else []

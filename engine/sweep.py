@@ -113,7 +113,8 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
 
     if dispatching:
         seen = set(promoted)
-        _redispatch(engine, queue, promoted + [t for t in dispatch_ids if t not in seen], report)
+        _redispatch(engine, queue, promoted, report, compare=False)  # this sweeper's own promotions
+        _redispatch(engine, queue, [t for t in dispatch_ids if t not in seen], report)
     return any(len(ids) >= batch for ids in lists)
 
 
@@ -132,12 +133,26 @@ def _purge(engine, queue: str, task_ids: list[str]) -> int:
     return sum(parse(r)[0] == Code.OK for r in pipe.execute())
 
 
-def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport) -> None:
+def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, compare: bool = True) -> None:
+    """Dispatch due tasks again (or re-arm the check of a job that still exists).
+
+    With ``compare`` each dispatch is a compare-and-set on the dispatch-set score read here with
+    the task: another sweeper that dispatched the task since moved that score, so the task is
+    dispatched once, however many sweepers saw it due. A sweeper's own promotions need no compare:
+    the promote was the compare-and-set.
+    """
+    if not task_ids:
+        return
     pipe = engine.redis.pipeline(transaction=False)
+    dispatch_set = engine.keys.queue_key(queue, "dispatch")
     for tid in task_ids:
         pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type", "priority")
-    for tid, row in zip(task_ids, pipe.execute()):
+        pipe.zscore(dispatch_set, tid)
+    replies = pipe.execute()
+    for tid, row, score in zip(task_ids, replies[::2], replies[1::2]):
         status, dispatch_id, type_name, priority = (v.decode() if isinstance(v, bytes) else (v or "") for v in row)
+        if compare and score is None:
+            continue  # left the dispatch set since the due read: claimed, or dispatched by another sweeper
         if status not in (State.PENDING.value, State.QUEUED.value):
             continue
         try:
@@ -147,8 +162,9 @@ def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport) ->
                                         dispatch_id, _requeue_ms(engine))
                 report.refreshed += 1
             else:
-                engine.dispatch_known(tid, engine.registry.get(type_name), int(priority or 0))
-                report.dispatched += 1
+                if engine.dispatch_known(tid, engine.registry.get(type_name), int(priority or 0),
+                                         seen_score=score if compare else None):
+                    report.dispatched += 1
         except UnknownTaskType:
             _warn_unknown(type_name, tid)  # it waits, PENDING, for a sweeper that knows its type
         except GhostlessError:

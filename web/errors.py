@@ -2,7 +2,8 @@
 
 Engine refusals map to statuses here, once. An unexpected exception is logged and
 answered with a 500 in the same shape (the tests fuzz inputs to show none produces one);
-an unreachable Redis is a 503.
+an unreachable Redis is a 503 ``unavailable``, a full one (writes refused) a 503 ``redis_full``,
+both with Retry-After.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import redis
 from flask import Flask, jsonify
 from werkzeug.exceptions import HTTPException
 
-from engine.errors import IdempotencyConflict, IllegalTransition, TaskNotFound, UnknownTaskType
+from engine.errors import IdempotencyConflict, IllegalTransition, RedisFull, TaskNotFound, UnknownTaskType
 
 log = logging.getLogger("ghostless.web")
+FULL_RETRY_AFTER = 30  # seconds: a full Redis needs an operator (or retention) to free memory
 
 
 class ApiError(Exception):
@@ -63,6 +65,13 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(UnknownTaskType)
     def unknown_type(e: UnknownTaskType):
         return error_response(400, "unknown_task_type", str(e))
+
+    @app.errorhandler(RedisFull)
+    @app.errorhandler(redis.exceptions.OutOfMemoryError)
+    def full(e):
+        log.error("Redis full, write refused: %s", e)
+        return error_response(503, "redis_full", "the task store is full and refuses changes; try again later",
+                              {"Retry-After": str(FULL_RETRY_AFTER)})
 
     @app.errorhandler(redis.ConnectionError)
     @app.errorhandler(redis.TimeoutError)
