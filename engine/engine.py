@@ -25,6 +25,7 @@ from . import stats as stats_mod
 from . import sweep as sweep_mod
 from .config import Config, ms
 from .dispatch import Dispatcher, NullDispatcher
+from .epoch import DataEpoch
 from .errors import Code, GhostlessError, IdempotencyConflict, IllegalTransition, RedisFull, TaskNotFound, refusing_full
 from .keys import Keys, new_task_id, parse_task_id
 from .models import Event, Task
@@ -66,6 +67,8 @@ class Engine(LeaseCalls):
         self._known_queues: set[str] = set()
         self._webhook_cache = None
         self.users = Users(redis, self.keys)
+        #: notices a Redis that lost its data (engine/epoch.py); adopted at the first submit
+        self.data_epoch = DataEpoch(redis, self.keys.data_epoch())
         if check:
             check_server(redis, strict=strict)
 
@@ -419,6 +422,8 @@ class Engine(LeaseCalls):
         if queue not in self._known_queues:
             with refusing_full("registering queue " + queue):
                 self.redis.sadd(self.keys.queues(), queue)
+            if self.data_epoch.seen is None:
+                self.data_epoch.adopt()  # the first use of a Redis writes its data epoch marker
             self._known_queues.add(queue)
 
     def _args_json(self, args) -> str:

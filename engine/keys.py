@@ -139,3 +139,9 @@ class Keys:
     def queues(self) -> str:
         """Set of every queue name that has seen a task (outside any hash tag)."""
         return f"{self.ns}:queues"
+
+    def data_epoch(self) -> str:
+        """String: the data epoch marker (a random id and the server time of the first use), under
+        the global hash tag ``{@global}``; its loss tells processes that Redis lost its data
+        (engine/epoch.py)."""
+        return f"{self.ns}:{{@global}}:epoch"

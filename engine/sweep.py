@@ -191,7 +191,8 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
 
     Between ticks it sleeps until the earliest deadline in its sets, capped by
     ``interval``, so a lapsed lease is acted on within milliseconds. Redis being
-    unreachable is logged and retried; the loop never dies of it.
+    unreachable is logged and retried; the loop never dies of it. Redis losing its data
+    (engine/epoch.py) is logged as an error.
     """
     import logging
     import threading
@@ -200,6 +201,7 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
 
     log = log or logging.getLogger("ghostless.sweeper")
     stop = stop or threading.Event()
+    engine.data_epoch.watch(stop=stop)  # logs an error if Redis loses its data while this runs
     errors = 0
     while not stop.is_set():
         try:
