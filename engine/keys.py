@@ -145,3 +145,8 @@ class Keys:
         the global hash tag ``{@global}``; its loss tells processes that Redis lost its data
         (engine/epoch.py)."""
         return f"{self.ns}:{{@global}}:epoch"
+
+    def deadline_channels(self) -> list[str]:
+        """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a
+        script announces a deadline sooner than the sweeper's next look (lua/lib/record.lua)."""
+        return [self.queue_key("*", name) for name in ("dispatch", "leases", "retries", "waiting")]

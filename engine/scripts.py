@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import priority
-from .config import Config
+from .config import WAKE_WITHIN, Config
 from .errors import (
     Code, IdempotencyConflict, IllegalTransition, LeaseLost, TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType,
     WrongDispatch, refusing_full,
@@ -50,6 +50,7 @@ local LEGAL = {{{legal}}}
 local TERMINAL = {_lua_set(TERMINAL)}
 local DEADLINE_SET = {{{sets}}}
 local PRIORITY_SPAN = {priority.SPAN}
+local WAKE_WITHIN_MS = {int(WAKE_WITHIN * 1000)}
 local T = {n}  -- the task's keys (engine/keys.py TaskKeys); a script's extra keys follow: KEYS[T + 1], ...
 local function taskkeys(o)
   return {{{fields}}}

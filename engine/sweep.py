@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from dataclasses import dataclass, field
 
 from .errors import Code, GhostlessError, UnknownTaskType
@@ -186,22 +187,63 @@ def _requeue_ms(engine) -> int:
     return int(engine.config.requeue_after * 1000)
 
 
+class Wake:
+    """Wakes a sleeping sweeper when a script sets a deadline sooner than ``config.WAKE_WITHIN``.
+
+    The scripts PUBLISH such a deadline on the channel named after its set (lua/lib/record.lua:
+    place); a daemon thread holds one pub/sub connection on those channels' patterns and sets
+    ``event``. A message lost while Redis is away costs only the old behaviour: the sweeper's
+    next wake-up, at most ``interval`` later.
+    """
+
+    def __init__(self, engine, stop: threading.Event):
+        self.event = threading.Event()
+        self._stop = stop
+        threading.Thread(target=self._listen, args=(engine,), name="ghostless-wake", daemon=True).start()
+        threading.Thread(target=lambda: (stop.wait(), self.event.set()), name="ghostless-wake-stop",
+                         daemon=True).start()
+
+    def _listen(self, engine) -> None:
+        errors = 0
+        while not self._stop.is_set():
+            pubsub = engine.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.psubscribe(*engine.keys.deadline_channels())
+                errors = 0
+                while not self._stop.is_set():
+                    if pubsub.get_message(timeout=0.5) is not None:
+                        self.event.set()
+            except Exception as e:  # noqa: BLE001 - Redis away: listen again; the sweeper still wakes on time
+                errors += 1
+                log.debug("sweeper wake-up channel lost (%s); subscribing again", e)
+                self._stop.wait(min(5.0, 0.1 * 2 ** min(errors, 6)))
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def sleep(self, seconds: float) -> None:
+        """Until ``seconds`` have passed, an earlier deadline was announced, or stop."""
+        self.event.wait(seconds)
+        self.event.clear()
+
+
 def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log=None) -> None:
     """Sweep until ``stop`` (a threading.Event) is set.
 
     Between ticks it sleeps until the earliest deadline in its sets, capped by
-    ``interval``, so a lapsed lease is acted on within milliseconds. Redis being
+    ``interval``, and a deadline set sooner while it sleeps (a short retry, a short delay)
+    wakes it (``Wake``), so due work is acted on within milliseconds. Redis being
     unreachable is logged and retried; the loop never dies of it. Redis losing its data
     (engine/epoch.py) is logged as an error.
     """
-    import logging
-    import threading
-
     import redis
 
     log = log or logging.getLogger("ghostless.sweeper")
     stop = stop or threading.Event()
     engine.data_epoch.watch(stop=stop)  # logs an error if Redis loses its data while this runs
+    wake = Wake(engine, stop)
     errors = 0
     while not stop.is_set():
         try:
@@ -220,4 +262,4 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
         if report.acted:
             log.info(report.summary())
         wait = interval if report.next_in is None else min(interval, report.next_in)
-        stop.wait(max(wait, 0.001))
+        wake.sleep(max(wait, 0.001))

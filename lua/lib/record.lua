@@ -64,6 +64,9 @@ local function place(K, t, from, to, score, now, passing)
   if from and TERMINAL[from] then redis.call('ZREM', K.expiry, id) end
   if new then
     redis.call('ZADD', K[new], score, id)
+    -- Due sooner than a sleeping sweeper may next look (engine/config.py WAKE_WITHIN): wake it, on
+    -- the channel named after the set (engine/sweep.py listens). Not for "due now": the caller acts.
+    if score > now and score - now < WAKE_WITHIN_MS then redis.call('PUBLISH', K[new], score) end
   elseif TERMINAL[to] and passing then
     redis.call('ZADD', K.expiry, now + CFG.retention_ms, id)  -- left again in the same script
   elseif TERMINAL[to] then
