@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import random
 import uuid
@@ -26,7 +25,7 @@ from . import sweep as sweep_mod
 from .config import Config, ms
 from .dispatch import Dispatcher, NullDispatcher
 from .epoch import DataEpoch
-from .errors import Code, GhostlessError, IdempotencyConflict, IllegalTransition, RedisFull, TaskNotFound, refusing_full
+from .errors import Code, IdempotencyConflict, IllegalTransition, TaskNotFound, refusing_full
 from .keys import Keys, new_task_id, parse_task_id
 from .models import Event, Task
 from .registry import Breaker, Registry, TaskType, as_backoff
@@ -38,7 +37,6 @@ from .lease_calls import LeaseCalls
 from .validate import duration_ms as _duration_ms, text as _text
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-_log = logging.getLogger("ghostless")
 
 
 class Engine(LeaseCalls):
@@ -131,7 +129,8 @@ class Engine(LeaseCalls):
         Returns: the new Task, or the existing one for a replayed idempotency key.
 
         Raises: UnknownTaskType, ValueError (bad input), IdempotencyConflict (same key, other args),
-            UnknownParent (a ValueError: depends_on names a task that does not exist).
+            UnknownParent (a ValueError: depends_on names a task that does not exist),
+            RedisFull (Redis at maxmemory refused the write; nothing changed).
 
         Redis keys: the task's keys, its queue's sets/stream/counters, the idempotency key.
         """
@@ -202,15 +201,11 @@ class Engine(LeaseCalls):
         return self.dispatch_known(task_id, self.registry.get(type_name), int(priority or 0))
 
     def dispatch_known(self, task_id: str, tt: TaskType, priority: int, seen_score: float | None = None) -> str | None:
-        """``dispatch`` when the caller already knows the task's type and priority.
-        Returns None (the task stays PENDING) while its queue is draining or it waits on parents,
-        or (``seen_score``: a sweeper's compare-and-set) when it is no longer due at that score.
-
-        A task returning from a lost attempt (reclaimed lease, lost worker, release) is enqueued
-        at the head of its priority. When the enqueue fails the job is lost: ``job_lost`` brings
-        the sweeper's next look to within ``Config.dispatch_grace``, and the error is raised
-        (RedisFull when Redis refused the write).
-        """
+        """``dispatch`` when the caller knows the task's type and priority. Returns None (nothing
+        done) while its queue drains or it waits on parents, or (``seen_score``: a sweeper's
+        compare-and-set) when it is no longer due at that score. A task returning from a lost
+        attempt goes to the head of its priority. A failed enqueue is reported (``job_lost``) and
+        raised (RedisFull when Redis refused the write)."""
         dispatch_id = uuid.uuid4().hex
         # Recorded first: a worker that takes the job at once must find its dispatch id current
         # (enqueue-then-record let an idle worker's claim arrive first and be refused). The script
@@ -227,25 +222,6 @@ class Engine(LeaseCalls):
             self.job_lost(task_id, dispatch_id)
             raise
         return dispatch_id
-
-    def job_lost(self, task_id: str, dispatch_id: str) -> bool:
-        """Report that the executor job ``dispatch_id`` of a QUEUED task will not run (its enqueue
-        or its claim failed): the sweeper looks at the task again within ``Config.dispatch_grace``
-        instead of ``requeue_after``. Best effort, never raises: returns False when nothing was
-        changed: the dispatch is no longer current (claimed, re-dispatched, ended), or Redis refused
-        or could not be reached (logged; the task then waits for the check already set).
-        """
-        try:
-            control = self.keys.queue_key(parse_task_id(task_id), "control")
-            reply = self.scripts.dispatch(self._keys(task_id), control, task_id, dispatch_id,
-                                          ms(self.config.dispatch_grace), rearm=True)
-            return reply[0] == Code.REPLAYED
-        except (IllegalTransition, TaskNotFound):
-            return False
-        except (RedisFull, GhostlessError, redis_lib.RedisError) as e:
-            _log.warning("task %s: its job %s is lost and the sweeper could not be told (%s); it looks "
-                         "again after requeue_after at the latest", task_id, dispatch_id, e)
-            return False
 
     def get(self, task_id: str, owner: str | None = None) -> Task | None:
         """The task, or None when it does not exist (or belongs to another owner than ``owner``)."""

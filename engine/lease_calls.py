@@ -4,6 +4,7 @@ checkpoint, complete, fail, release, park. Each is one script call carrying the 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import uuid
 from typing import Any
@@ -12,11 +13,14 @@ import redis
 
 from . import breakers as breakers_mod
 from .config import ms
-from .errors import BreakerOpen, Code, RedisFull, TaskNotFound
+from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisFull, TaskNotFound
+from .keys import parse_task_id
 from .models import Lease
 from .scripts import refuse
 from .states import State
 from .validate import duration_ms as _duration_ms, text as _text
+
+log = logging.getLogger("ghostless")
 
 
 class LeaseCalls:
@@ -60,6 +64,25 @@ class LeaseCalls:
         return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
                      type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]),
                      checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)})
+
+    def job_lost(self, task_id: str, dispatch_id: str) -> bool:
+        """Report that the executor job ``dispatch_id`` of a QUEUED task will not run (its enqueue
+        or its claim failed): the sweeper looks at the task again within ``Config.dispatch_grace``
+        instead of ``requeue_after``. Best effort, never raises: returns False when nothing was
+        changed: the dispatch is no longer current (claimed, re-dispatched, ended), or Redis refused
+        or could not be reached (logged; the task then waits for the check already set).
+        """
+        try:
+            control = self.keys.queue_key(parse_task_id(task_id), "control")
+            reply = self.scripts.dispatch(self._keys(task_id), control, task_id, dispatch_id,
+                                          ms(self.config.dispatch_grace), rearm=True)
+            return reply[0] == Code.REPLAYED
+        except (IllegalTransition, TaskNotFound):
+            return False
+        except (GhostlessError, redis.RedisError) as e:  # RedisFull among them
+            log.warning("task %s: its job %s is lost and the sweeper could not be told (%s); it looks "
+                        "again after requeue_after at the latest", task_id, dispatch_id, e)
+            return False
 
     def lease_for_claim(self, task_id: str, claim_id: str) -> Lease | None:
         """The lease a claim took, while the task is still PROCESSING under it (else None).
