@@ -63,6 +63,7 @@ class Engine(LeaseCalls):
         self.dispatcher = dispatcher or NullDispatcher()
         self.scripts = Scripts(redis, self.config, on_resolve=lambda key: deps.resolve_due(self, key))
         self._known_queues: set[str] = set()
+        self._unreported: dict[str, str] = {}  # lost jobs not yet reported: task id -> dispatch id
         self._webhook_cache = None
         self.users = Users(redis, self.keys)
         #: notices a Redis that lost its data (engine/epoch.py); adopted at the first submit
@@ -299,10 +300,11 @@ class Engine(LeaseCalls):
     def set_webhook(self, owner: str, url: str | None) -> None:
         """Set (or with None, remove) an owner's default webhook for their new tasks."""
         owner = _text("owner", owner)
-        if url is None:
-            self.redis.hdel(self.keys.webhooks(), owner)
-        else:
-            self.redis.hset(self.keys.webhooks(), owner, notify.check_url(url))
+        with refusing_full("webhook setting"):
+            if url is None:
+                self.redis.hdel(self.keys.webhooks(), owner)
+            else:
+                self.redis.hset(self.keys.webhooks(), owner, notify.check_url(url))
         self._webhook_cache = None
 
     def notifications(self, task_id: str) -> list[Task]:
@@ -360,7 +362,8 @@ class Engine(LeaseCalls):
         """Admin: stop (or, with False, resume) handing the queue's tasks to workers. Tasks already
         queued or running finish; new and returning ones wait in PENDING until resumed."""
         key = self.keys.queue_key(queue, "control")
-        self.redis.hset(key, "draining", 1) if draining else self.redis.hdel(key, "draining")
+        with refusing_full(f"drain of queue {queue}"):
+            self.redis.hset(key, "draining", 1) if draining else self.redis.hdel(key, "draining")
 
     def draining(self) -> list[str]:
         """Queues that are draining."""

@@ -58,6 +58,7 @@ def sweep(engine, batch: int = 1000) -> SweepReport:
     if batch < 1:
         raise ValueError("batch must be at least 1")
     report = SweepReport()
+    engine.report_lost_jobs()  # lost jobs whose report Redis refused earlier (engine.job_lost)
     for queue in engine.queues():
         # Another batch only while the last one was full and moved something: due tasks that
         # cannot move (a type this process does not know) must not keep the tick spinning.
@@ -254,9 +255,12 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
             log.warning("sweeper: Redis unreachable (%s); retrying", e)
             stop.wait(min(interval, 0.1 * 2 ** min(errors, 5)))
             continue
-        except Exception:  # e.g. Redis full (OOM under noeviction): the sweeper must outlive it
+        except Exception as e:  # e.g. Redis full (OOM under noeviction): the sweeper must outlive it
             errors += 1
-            log.exception("sweeper: tick failed; retrying")
+            if isinstance(e, redis.exceptions.OutOfMemoryError):  # RedisFull too: no traceback
+                log.warning("sweeper: Redis is full, writes refused (%s); retrying", e)
+            else:
+                log.exception("sweeper: tick failed; retrying")
             stop.wait(min(max(interval, 1.0), 0.1 * 2 ** min(errors, 5)))
             continue
         if report.acted:

@@ -3,10 +3,11 @@ typed error, RedisFull, with redis-py's OutOfMemoryError as its cause, and nothi
 import pytest
 import redis
 
-from engine import Engine, GhostlessError, RedisFull, State
+from engine import Config, Engine, GhostlessError, RedisFull, State
 from tests.conftest import register_test_types
 from tests.support.fakes import FakeDispatcher
-from tests.support.snapshots import snapshot
+from tests.support.snapshots import raw_task, snapshot
+from tests.support.wait import server_ms, wait_for_server_time
 
 
 @pytest.fixture
@@ -79,4 +80,24 @@ def test_a_dispatch_whose_enqueue_is_refused_raises_redis_full(server, full):
     client = server.client()
     engine = register_test_types(Engine(client, namespace="t", dispatcher=FullExecutor()))
     assert_refused_as_full(lambda: engine.submit("render", {"prompt": "a cat"}, owner="alice"))
+    client.close()
+
+
+def test_a_claim_refused_by_a_full_redis_has_its_lost_job_looked_at_within_seconds_once_memory_is_freed(
+        server, full):
+    executor = FakeDispatcher()
+    client = server.client()
+    engine = register_test_types(Engine(client, namespace="t", config=Config(dispatch_grace=0.05),
+                                        dispatcher=executor))
+    task = engine.submit("render", {"prompt": "a cat"}, owner="alice")
+    [dispatch_id] = executor.dispatches(task.id)
+    executor.lose(dispatch_id)  # RQ handed the job to the worker whose claim fails
+    with full:
+        assert_refused_as_full(lambda: engine.claim(task.id, "w1", dispatch_id=dispatch_id))
+    k = engine.keys.task(task.id)
+    assert client.zscore(k.dispatch, task.id) > server_ms(client) + 200_000  # the report was refused too
+    engine.sweep()  # memory freed: the kept report is made, due within dispatch_grace
+    wait_for_server_time(client, client.zscore(k.dispatch, task.id))
+    assert engine.sweep().dispatched == 1
+    assert raw_task(engine, task.id)["dispatch_id"] in executor.jobs
     client.close()

@@ -175,3 +175,23 @@ def test_a_lost_worker_or_a_release_returns_to_the_head_but_a_retry_after_backof
     assert fronts == {"released", "crashed"}
     assert dispatching.get(flaky.id).position == 3 and dispatching.get(queued.id).position == 2
     assert dispatching.check() == []
+
+
+def test_a_lost_job_report_that_redis_refused_is_made_by_the_next_sweeper_tick(engine):
+    executor = FakeDispatcher()
+    dispatching = sibling(engine, config=SHORT, dispatcher=executor)
+    task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice")
+    [dispatch_id] = executor.dispatches(task.id)
+    dispatch = dispatching.scripts.dispatch
+
+    def full(*a, **kw):
+        raise redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+
+    dispatching.scripts.dispatch = full
+    assert dispatching.job_lost(task.id, dispatch_id) is False
+    dispatching.scripts.dispatch = dispatch  # memory freed
+    k = dispatching.keys.task(task.id)
+    assert dispatching.redis.zscore(k.dispatch, task.id) > server_ms(dispatching.redis) + 200_000
+    dispatching.sweep()
+    assert dispatching.redis.zscore(k.dispatch, task.id) <= server_ms(dispatching.redis) + 50
+    assert dispatching.report_lost_jobs() == 0
