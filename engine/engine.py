@@ -401,8 +401,8 @@ class Engine(LeaseCalls):
         if queue not in self._known_queues:
             with refusing_full("registering queue " + queue):
                 self.redis.sadd(self.keys.queues(), queue)
-            if self.data_epoch.seen is None:
-                self.data_epoch.adopt()  # the first use of a Redis writes its data epoch marker
+                if self.data_epoch.seen is None:
+                    self.data_epoch.adopt()  # the first use of a Redis writes its data epoch marker
             self._known_queues.add(queue)
 
     def _args_json(self, args) -> str:
