@@ -6,7 +6,10 @@ only here.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
+
+import redis
 
 
 class Code(enum.IntEnum):
@@ -133,3 +136,22 @@ class PermanentError(GhostlessError):
 
 class RedisSetupError(GhostlessError):
     """The Redis server cannot run ghostless safely (version, eviction policy)."""
+
+
+class RedisFull(GhostlessError, redis.exceptions.OutOfMemoryError):
+    """Redis refused a write: it reached ``maxmemory`` under ``noeviction``. Nothing was changed by
+    the refused call; retry once memory is freed. The redis-py ``OutOfMemoryError`` is ``__cause__``
+    (and RedisFull is one too, so handlers of redis-py errors still see it)."""
+
+    def __init__(self, operation: str):
+        self.operation = operation
+        super().__init__(f"Redis is full (maxmemory reached, noeviction): {operation} refused; retry later")
+
+
+@contextlib.contextmanager
+def refusing_full(operation: str):
+    """Turn redis-py's OutOfMemoryError raised inside the block into RedisFull."""
+    try:
+        yield
+    except redis.exceptions.OutOfMemoryError as e:
+        raise RedisFull(operation) from e

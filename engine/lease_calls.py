@@ -4,17 +4,25 @@ checkpoint, complete, fail, release, park. Each is one script call carrying the 
 from __future__ import annotations
 
 import json
+import logging
 import random
+import time
 import uuid
 from typing import Any
 
+import redis
+
 from . import breakers as breakers_mod
 from .config import ms
-from .errors import BreakerOpen, Code, TaskNotFound
+from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisFull, TaskNotFound
+from .keys import parse_task_id
 from .models import Lease
 from .scripts import refuse
 from .states import State
 from .validate import duration_ms as _duration_ms, text as _text
+
+log = logging.getLogger("ghostless")
+MAX_UNREPORTED = 10_000  # lost-job reports a process keeps while Redis refuses them
 
 
 class LeaseCalls:
@@ -29,7 +37,9 @@ class LeaseCalls:
 
         Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
             UnknownTaskType (this engine does not run the task's type; nothing is imported),
-            BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task).
+            BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task),
+            RedisFull or redis-py's ConnectionError/TimeoutError (the job given is then reported lost:
+            ``job_lost``, so the sweeper dispatches the task again within seconds).
         """
         worker = _text("worker", worker)
         types = "," + ",".join(t.name for t in self.registry) + ","
@@ -43,14 +53,57 @@ class LeaseCalls:
             if tt.breaker:
                 breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
                 spec = tt.breaker.spec(tt.breaker_name)
-        reply = self.scripts.claim(keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types,
-                                   breaker_key, spec)
+        try:
+            reply = self.scripts.claim(keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types,
+                                       breaker_key, spec)
+        except (RedisFull, redis.ConnectionError, redis.TimeoutError):
+            if dispatch_id:  # the executor handed this job over: it will not be delivered again
+                self.job_lost(task_id, dispatch_id, patience=self.config.dispatch_grace)
+            raise
         if reply[0] == Code.BREAKER_OPEN:
             raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
         flat = reply[7] if len(reply) > 7 else []
         return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
                      type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]),
                      checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)})
+
+    def job_lost(self, task_id: str, dispatch_id: str, patience: float = 0.0) -> bool:
+        """Report that the executor job ``dispatch_id`` of a QUEUED task will not run (its enqueue
+        or its claim failed): the sweeper looks at the task again within ``Config.dispatch_grace``
+        instead of ``requeue_after``. Never raises. While Redis refuses or cannot be reached it
+        tries again for up to ``patience`` seconds, then keeps the report for
+        ``report_lost_jobs`` (each sweeper tick calls it) and returns False; also False when the
+        dispatch is no longer current (claimed, re-dispatched, ended): nothing to report.
+        """
+        pause, give_up = 0.1, time.monotonic() + patience
+        while True:
+            try:
+                control = self.keys.queue_key(parse_task_id(task_id), "control")
+                reply = self.scripts.dispatch(self._keys(task_id), control, task_id, dispatch_id,
+                                              ms(self.config.dispatch_grace), rearm=True)
+                self._unreported.pop(task_id, None)
+                return reply[0] == Code.REPLAYED
+            except (IllegalTransition, TaskNotFound):
+                self._unreported.pop(task_id, None)
+                return False
+            except (GhostlessError, redis.RedisError) as e:  # RedisFull among them
+                if time.monotonic() + pause > give_up:
+                    if len(self._unreported) < MAX_UNREPORTED:
+                        self._unreported[task_id] = dispatch_id
+                    log.warning("task %s: its job %s is lost and the sweeper could not be told yet (%s)",
+                                task_id, dispatch_id, e)
+                    return False
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
+
+    def report_lost_jobs(self) -> int:
+        """Report again the lost jobs ``job_lost`` could not (Redis refused); stops at the first
+        refusal. Returns how many are still unreported."""
+        for task_id, dispatch_id in list(self._unreported.items()):
+            self.job_lost(task_id, dispatch_id)
+            if task_id in self._unreported:
+                break
+        return len(self._unreported)
 
     def lease_for_claim(self, task_id: str, claim_id: str) -> Lease | None:
         """The lease a claim took, while the task is still PROCESSING under it (else None).
