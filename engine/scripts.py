@@ -16,8 +16,8 @@ from typing import Any, Sequence
 from . import priority
 from .config import Config
 from .errors import (
-    Code, IdempotencyConflict, IllegalTransition, LeaseLost, TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType,
-    WrongDispatch,
+    AttemptEnded, Code, IdempotencyConflict, IllegalTransition, LeaseLost, TaskCancelled, TaskNotFound, UnknownParent,
+    UnknownTaskType, WrongDispatch,
 )
 from .keys import TaskKeys
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
@@ -182,6 +182,8 @@ def refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> li
         raise TaskCancelled(task_id, token)
     if code == Code.LEASE_LOST:
         raise LeaseLost(task_id, token, reply[1])
+    if code == Code.ATTEMPT_ENDED:
+        raise AttemptEnded(task_id, token, reply[1])
     if code == Code.IDEMPOTENCY_CONFLICT:
         raise IdempotencyConflict("", reply[1])
     raise AssertionError(f"unexpected reply {reply!r} from {verb}")  # a script/wrapper mismatch
