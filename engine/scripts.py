@@ -105,9 +105,10 @@ class Scripts:
         self._cfg = config.script_argv()
         self._scripts = {name: redis.register_script(source(name)) for name in SCRIPTS}
 
-    def call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None) -> list:
-        """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``."""
-        reply = self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=client)
+    def call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None, via=None) -> list:
+        """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``.
+        ``via``: another client of the same server to send it on (the heartbeat's own)."""
+        reply = self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=client or via)
         if client is not None:
             return reply
         reply = parse(reply)
@@ -143,9 +144,9 @@ class Scripts:
             raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")
         return refuse(reply, "claim", task_id)
 
-    def holder(self, verb: str, keys: Sequence[str], task_id: str, token: int, *argv: Any) -> list:
+    def holder(self, verb: str, keys: Sequence[str], task_id: str, token: int, *argv: Any, via=None) -> list:
         """heartbeat, stage, progress, checkpoint, complete, fail, release: token first."""
-        return refuse(self.call(verb, keys, [token, *argv]), verb, task_id, token)
+        return refuse(self.call(verb, keys, [token, *argv], via=via), verb, task_id, token)
 
     def manage(self, verb: str, keys: Sequence[str], task_id: str, *argv: Any) -> list:
         """cancel, edit, retry: owner-checked inside the script."""

@@ -28,6 +28,7 @@ from rq.utils import now
 from . import runner  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
 from . import runtime
 from .errors import GhostlessError
+from .lease_calls import client_like
 from .rq_dispatch import rq_queue_names
 
 log = logging.getLogger("ghostless.worker")
@@ -184,16 +185,10 @@ def rq_connection(client):
     """A client of its own for RQ, on the same server and settings.
 
     RQ raises its connection's socket timeout above its blocking dequeue (minutes). On a
-    shared pool, the engine's calls would inherit it: a heartbeat to a Redis that hangs
-    (network partition) would block for minutes instead of failing within the engine's
-    socket timeout, and the attempt would run on without a lease instead of being abandoned.
+    shared pool, the engine's calls would inherit it: a call to a Redis that hangs (network
+    partition) would block for minutes instead of failing within the engine's socket timeout.
     """
-    pool = client.connection_pool
-    if type(pool) is not redis.ConnectionPool:  # fakeredis, cluster, sentinel: share it
-        return client
-    return type(client)(connection_pool=redis.ConnectionPool(
-        connection_class=pool.connection_class, max_connections=pool.max_connections,
-        **dict(pool.connection_kwargs)))
+    return client_like(client)
 
 
 def build_worker(engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None,
