@@ -33,13 +33,22 @@ def client_like(client, **overrides):
         **{**pool.connection_kwargs, **overrides}))
 
 
+def no_resends() -> dict:
+    """Connection settings under which redis-py sends a command once (no retry on any error)."""
+    return {"retry": Retry(NoBackoff(), 0), "retry_on_error": [], "retry_on_timeout": False}
+
+
+def short_client(client, timeout: float):
+    """``client_like`` with socket timeouts of ``timeout`` seconds and no resends: a call to a Redis
+    that hangs or is cut off fails within ``timeout``."""
+    return client_like(client, socket_timeout=timeout, socket_connect_timeout=timeout, **no_resends())
+
+
 def heartbeat_client(client, lease: float):
-    """The client heartbeats of a ``lease``-second lease go on: socket timeouts of a third of the
-    lease and no resends, so a heartbeat to a Redis that hangs or is cut off fails within the
-    lease instead of after the engine client's timeout and resends (~10 s, whatever the lease)."""
-    timeout = max(lease / 3, 0.01)
-    return client_like(client, socket_timeout=timeout, socket_connect_timeout=timeout,
-                       retry=Retry(NoBackoff(), 0), retry_on_error=[], retry_on_timeout=False)
+    """The client heartbeats of a ``lease``-second lease go on: a heartbeat fails within a third
+    of the lease instead of after the engine client's timeout and resends (~10 s, whatever the
+    lease), so the holder learns within the lease that it can no longer renew it."""
+    return short_client(client, max(lease / 3, 0.01))
 
 
 class LeaseCalls:
