@@ -164,6 +164,13 @@ class RidesOutRedis:
                 self._redis_failed(e)
                 self._wait_for_redis()
 
+    def _pubsub_exception_handler(self, exc, pubsub, pubsub_thread):
+        # RQ's command channel (its own thread) would log every 2 s while Redis is down.
+        if not isinstance(exc, REDIS_FAULTS):
+            return super()._pubsub_exception_handler(exc, pubsub, pubsub_thread)
+        self._redis_failed(exc)
+        time.sleep(BACKOFF_CAP)
+
     def register_death(self):
         try:
             super().register_death()

@@ -20,9 +20,10 @@ FAILING, BACK = "Redis is failing", "Redis is back"
 def start_gated(engine, procs, worker_class):
     """A worker running a `gated` task (it ignores ctx.cancelled): (worker, task, horse pid or None)."""
     worker = procs.worker(worker_class)
-    procs.sweeper()
+    sweeper = procs.sweeper()
     task = engine.submit("gated", {"tag": "fault"}, owner=OWNER)
     wait_logged(engine, task.id, "start")
+    wait_until(lambda: "sweeper started" in sweeper.output(), 10, what="the sweeper connected")
     return worker, task, horse_of(worker) if worker_class == "fork" else None
 
 
