@@ -105,8 +105,9 @@ class Heartbeat:
         self._schedule(reason, time.monotonic() + self.grace)
 
     def _schedule(self, reason: str, at: float) -> None:
-        """Stop by force at monotonic time ``at`` (the first reason given wins)."""
-        if self._stop_at is None:
+        """Stop by force at monotonic time ``at``, or earlier if an earlier stop is already due
+        (an attempt abandoned during a shutdown's grace still stops by lease + grace)."""
+        if self._stop_at is None or at < self._stop_at:
             self._stop_reason = reason
             self._stop_at = at
 
