@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
-from rq import Queue, worker_registration
+from rq import Queue
 from rq.exceptions import StopRequested
 
 from . import runtime
@@ -92,11 +92,8 @@ class RidesOutRedis:
         without persistence lost it and the worker set: this worker is back in RQ's view too."""
         if self.connection.hexists(self.key, "birth"):
             return
-        with self.connection.pipeline() as pipe:
-            pipe.hset(self.key, mapping=self.serialize())
-            worker_registration.register(self, pipe)
-            pipe.expire(self.key, self.worker_ttl + 60)
-            pipe.execute()
+        self.connection.delete(self.key)  # what RQ's heartbeat recreated: only `last_heartbeat`
+        self.register_birth()
 
     # -- RQ's calls that would end the worker ------------------------------------------------------
     def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
@@ -118,10 +115,10 @@ class RidesOutRedis:
         else:
             self._redis_ok()
 
-    def maintain_heartbeats(self, job, execution):
+    def maintain_heartbeats(self, *args):  # (job, execution) in RQ 3, (job) in RQ 2
         # While it watches a work-horse: the horse's own heartbeat thread guards the attempt.
         try:
-            super().maintain_heartbeats(job, execution)
+            super().maintain_heartbeats(*args)
         except REDIS_FAULTS as e:
             self._redis_failed(e)
         else:

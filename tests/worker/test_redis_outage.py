@@ -73,4 +73,11 @@ def test_a_worker_rides_out_a_full_redis_and_resumes_by_itself(engine, procs, wo
         wait_until(lambda: FAILING in worker.output() or not worker.alive(), 5,
                    what="the worker to meet a refused write")
         assert worker.alive() and orphans(worker) == []
+        # As if the outage had outlived RQ's worker TTL (or a restart had lost the data): DEL and
+        # SREM free memory, so a full Redis takes them.
+        engine.redis.delete(f"rq:worker:{worker.name}")
+        engine.redis.srem("rq:workers", f"rq:worker:{worker.name}")
     assert_resumed(engine, worker, task)
+    # Back in RQ's view: registered again, with its birth (not only the heartbeat's field).
+    assert engine.redis.hexists(f"rq:worker:{worker.name}", "birth")
+    assert engine.redis.sismember("rq:workers", f"rq:worker:{worker.name}")
