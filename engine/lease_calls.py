@@ -11,6 +11,8 @@ import uuid
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from . import breakers as breakers_mod
 from .config import ms
@@ -23,6 +25,36 @@ from .validate import duration_ms as _duration_ms, text as _text
 
 log = logging.getLogger("ghostless")
 MAX_UNREPORTED = 10_000  # lost-job reports a process keeps while Redis refuses them
+
+
+def client_like(client, **overrides):
+    """A client of its own (own pool) on the same server and settings as ``client``, with
+    ``overrides`` of its connection settings; ``client`` itself where its pool is not a plain
+    one (cluster, sentinel: share it)."""
+    pool = getattr(client, "connection_pool", None)
+    if type(pool) is not redis.ConnectionPool:
+        return client
+    return type(client)(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, max_connections=pool.max_connections,
+        **{**pool.connection_kwargs, **overrides}))
+
+
+def no_resends() -> dict:
+    """Connection settings under which redis-py sends a command once (no retry on any error)."""
+    return {"retry": Retry(NoBackoff(), 0), "retry_on_error": [], "retry_on_timeout": False}
+
+
+def short_client(client, timeout: float):
+    """``client_like`` with socket timeouts of ``timeout`` seconds and no resends: a call to a Redis
+    that hangs or is cut off fails within ``timeout``."""
+    return client_like(client, socket_timeout=timeout, socket_connect_timeout=timeout, **no_resends())
+
+
+def heartbeat_client(client, lease: float):
+    """The client heartbeats of a ``lease``-second lease go on: a heartbeat fails within a third
+    of the lease instead of after the engine client's timeout and resends (~10 s, whatever the
+    lease), so the holder learns within the lease that it can no longer renew it."""
+    return short_client(client, max(lease / 3, 0.01))
 
 
 class LeaseCalls:
@@ -121,8 +153,16 @@ class LeaseCalls:
 
     def heartbeat(self, lease: Lease) -> float:
         """Extend the lease. Returns seconds until the task's earliest deadline.
-        Raises LeaseLost, or TaskCancelled (a LeaseLost) when the task was cancelled."""
-        reply = self._holder("heartbeat", lease, ms(lease.lease), lease.worker)
+
+        Sent on a client of its own whose timeouts are bounded by the lease (``heartbeat_client``).
+        Raises LeaseLost, TaskCancelled (a LeaseLost) when the task was cancelled, AttemptEnded (a
+        LeaseLost, quiet) when the lease's attempt has already reported its outcome, and the
+        client's redis errors (a timeout within a third of the lease)."""
+        clients = self.__dict__.setdefault("_heartbeat_clients", {})
+        via = clients.get(lease.lease)
+        if via is None:
+            via = clients[lease.lease] = heartbeat_client(self.redis, lease.lease)
+        reply = self._holder("heartbeat", lease, ms(lease.lease), lease.worker, via=via)
         return int(reply[1]) / 1000
 
     def stage(self, lease: Lease, name: str) -> None:
@@ -183,9 +223,9 @@ class LeaseCalls:
         if self.dispatcher.active and reply[0] == Code.OK:
             self.dispatch(lease.task_id)
 
-    def _holder(self, verb: str, lease: Lease, *argv, extra_keys=()) -> list:
+    def _holder(self, verb: str, lease: Lease, *argv, extra_keys=(), via=None) -> list:
         keys = [*self.keys.task(lease.task_id), *extra_keys]
-        return self.scripts.holder(verb, keys, lease.task_id, lease.token, *argv)
+        return self.scripts.holder(verb, keys, lease.task_id, lease.token, *argv, via=via)
 
     def _breaker(self, type_name: str) -> tuple[tuple[str, ...], str]:
         """(extra KEYS, ARGV spec) of a type's circuit breaker; empty when it has none."""

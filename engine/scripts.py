@@ -16,8 +16,8 @@ from typing import Any, Sequence
 from . import priority
 from .config import WAKE_WITHIN, Config
 from .errors import (
-    Code, IdempotencyConflict, IllegalTransition, LeaseLost, QuotaExceeded, TaskCancelled, TaskNotFound, UnknownParent,
-    UnknownTaskType, WrongDispatch, refusing_full,
+    AttemptEnded, Code, IdempotencyConflict, IllegalTransition, LeaseLost, QuotaExceeded, TaskCancelled, TaskNotFound,
+    UnknownParent, UnknownTaskType, WrongDispatch, refusing_full,
 )
 from .keys import TaskKeys, parse_task_id
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
@@ -106,15 +106,16 @@ class Scripts:
         self._cfg = config.script_argv()
         self._scripts = {name: redis.register_script(source(name)) for name in SCRIPTS}
 
-    def call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None) -> list:
+    def call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None, via=None) -> list:
         """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``.
+        ``via``: another client of the same server to send it on (the heartbeat's own).
 
         Raises RedisFull when Redis refuses the script's writes (maxmemory under noeviction).
         """
         if client is not None:
             return self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=client)
         with refusing_full(name):
-            reply = self._scripts[name](keys=list(keys), args=[*self._cfg, *args])
+            reply = self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=via)
         reply = parse(reply)
         if reply and reply[-1] == RESOLVE_MARK:
             reply.pop()
@@ -157,9 +158,9 @@ class Scripts:
             raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")
         return refuse(reply, "claim", task_id)
 
-    def holder(self, verb: str, keys: Sequence[str], task_id: str, token: int, *argv: Any) -> list:
+    def holder(self, verb: str, keys: Sequence[str], task_id: str, token: int, *argv: Any, via=None) -> list:
         """heartbeat, stage, progress, checkpoint, complete, fail, release: token first."""
-        return refuse(self.call(verb, keys, [token, *argv]), verb, task_id, token)
+        return refuse(self.call(verb, keys, [token, *argv], via=via), verb, task_id, token)
 
     def manage(self, verb: str, keys: Sequence[str], task_id: str, *argv: Any) -> list:
         """cancel, edit, retry: owner-checked inside the script."""
@@ -202,6 +203,8 @@ def refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> li
         raise TaskCancelled(task_id, token)
     if code == Code.LEASE_LOST:
         raise LeaseLost(task_id, token, reply[1])
+    if code == Code.ATTEMPT_ENDED:
+        raise AttemptEnded(task_id, token, reply[1])
     if code == Code.IDEMPOTENCY_CONFLICT:
         raise IdempotencyConflict("", reply[1])
     if code == Code.QUOTA_EXCEEDED:
