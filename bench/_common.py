@@ -181,7 +181,7 @@ class _Captured(Exception):
 
 def captured_call(engine: Engine, method, *args, **kwargs) -> tuple[str, list, list]:
     """SHIM: (script name, keys, argv) of the script call ``method`` (a bound Engine method) makes."""
-    def grab(name, keys, argv, client=None):
+    def grab(name, keys, argv, client=None, via=None):
         raise _Captured(name, list(keys), list(argv))
 
     engine.scripts.call = grab
@@ -224,9 +224,9 @@ def verify_shim(engine: Engine, type_name: str, args: dict, result) -> None:
     seen = []
     real_call = engine.scripts.call
 
-    def record(name, keys, argv, client=None):
+    def record(name, keys, argv, client=None, via=None):
         seen.append((name, list(keys), list(argv)))
-        return real_call(name, keys, argv, client=client)
+        return real_call(name, keys, argv, client=client, via=via)
 
     engine.scripts.call = record
     try:
