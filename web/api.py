@@ -117,8 +117,8 @@ def get_task(task_id: str):
 
 
 def _visible_snapshot(task_id: str) -> dict:
-    task, history, _ = wq.snapshot(get_engine(), task_id)
-    if task is None or (_owner_filter() is not None and task.owner != g.caller.name):
+    task, history, _ = wq.snapshot(get_engine(), task_id, owner=_owner_filter())
+    if task is None:
         raise ApiError(404, "not_found", "task not found")
     return {"task": task_json(task), "history": [e.to_dict() for e in history]}
 
