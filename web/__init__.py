@@ -10,6 +10,12 @@
   (events per client), ``GHOSTLESS_BROKER_BLOCK_MS`` (XREAD block), ``GHOSTLESS_LONGPOLL_MAX``
   (s), ``GHOSTLESS_STUCK_AFTER`` (s a task may wait in PENDING/QUEUED before it counts as stuck),
   ``GHOSTLESS_DASHBOARD_CACHE`` (s the dashboard's shared numbers are reused across viewers).
+- Held requests (web/limits.py; each also read from the environment variable of that name, so
+  ``ghostless web`` can set them): ``GHOSTLESS_STREAMS_PER_USER`` (8) open SSE streams and
+  ``GHOSTLESS_LONGPOLLS_PER_USER`` (8) waiting long-polls per user and process;
+  ``GHOSTLESS_HELD_MAX`` (200; web/serve.py sets it below the server's threads or connections)
+  of both together per process; ``GHOSTLESS_BUSY_RETRY_MS`` (10000): when a refused stream's
+  EventSource reconnects, and a refused long-poll's Retry-After.
 - ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes
   ``/metrics`` with; ``GHOSTLESS_METRICS_PUBLIC`` (else env ``GHOSTLESS_METRICS_PUBLIC=1``):
   serve /metrics to anyone. Without either, only admins may read it (web/metrics.py).
@@ -25,7 +31,7 @@ from flask import Flask
 
 from engine.app import AppError
 
-from . import admin, api, auth, deps, errors, health, metrics, pages, sse
+from . import admin, api, auth, deps, errors, health, limits, metrics, pages, sse
 
 log = logging.getLogger("ghostless.web")
 
@@ -43,7 +49,13 @@ DEFAULTS = {
     "GHOSTLESS_LONGPOLL_MAX": 60.0,
     "GHOSTLESS_STUCK_AFTER": 300.0,
     "GHOSTLESS_DASHBOARD_CACHE": 1.0,
+    "GHOSTLESS_STREAMS_PER_USER": 8,
+    "GHOSTLESS_LONGPOLLS_PER_USER": 8,
+    "GHOSTLESS_HELD_MAX": 200,
+    "GHOSTLESS_BUSY_RETRY_MS": 10000,
 }
+FROM_ENV = ("GHOSTLESS_STREAMS_PER_USER", "GHOSTLESS_LONGPOLLS_PER_USER", "GHOSTLESS_HELD_MAX",
+            "GHOSTLESS_BUSY_RETRY_MS")
 
 
 def create_app(config: dict | None = None) -> Flask:
@@ -52,12 +64,16 @@ def create_app(config: dict | None = None) -> Flask:
     app.config["GHOSTLESS_APP"] = os.environ.get("GHOSTLESS_APP")
     app.config["GHOSTLESS_METRICS_TOKEN"] = os.environ.get("GHOSTLESS_METRICS_TOKEN") or None
     app.config["GHOSTLESS_METRICS_PUBLIC"] = os.environ.get("GHOSTLESS_METRICS_PUBLIC") == "1"
+    for name in FROM_ENV:
+        if os.environ.get(name):
+            app.config[name] = _env_int(name)
     app.config.update(config or {})
     if app.config.get("GHOSTLESS_ENGINE") is None and not app.config.get("GHOSTLESS_APP"):
         raise AppError("no app: pass GHOSTLESS_ENGINE in the config or set GHOSTLESS_APP=module:engine")
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = os.environ.get("GHOSTLESS_SECRET_KEY") or _random_key()
     deps.init_app(app)
+    limits.init_app(app)
     errors.init_app(app)
     for blueprint in (auth.bp, api.bp, sse.bp, admin.bp, health.bp, metrics.bp, pages.bp):
         app.register_blueprint(blueprint)
@@ -67,6 +83,16 @@ def create_app(config: dict | None = None) -> Flask:
 def close_app(app: Flask) -> None:
     """Stop the app's SSE broker thread (tests; a process that exits needs nothing)."""
     app.extensions["ghostless"].close()
+
+
+def _env_int(name: str) -> int:
+    try:
+        value = int(os.environ[name])
+    except ValueError:
+        raise AppError(f"{name} must be a whole number, got {os.environ[name]!r}") from None
+    if value < 0:
+        raise AppError(f"{name} must not be negative")
+    return value
 
 
 def _random_key() -> str:
