@@ -1,0 +1,107 @@
+"""gunicorn's gthread worker, with no thread spent on a client that has not sent its request head.
+
+gunicorn 27's gthread worker hands each new connection to a pool thread, which waits up to
+5 s for a first byte and then reads the request head with a blocking socket and no timeout: 64
+half-sent heads (slowloris) hold all 2 × 32 threads for as long as their senders like, and
+``/healthz`` waits. gunicorn has no setting that bounds a head read (``timeout`` watches the
+worker process, ``keepalive`` only idle kept-alive connections). This worker reads each head in
+its event loop instead, without blocking, and gives the connection to a thread only once the
+head is complete (an empty line), with the bytes read so far handed to gunicorn's parser. A head
+not complete within ``head_timeout`` seconds of its first byte wait is dropped, as is one larger
+than gunicorn's own limits allow. Kept-alive connections go the same way for their next request.
+
+It changes nothing once a head is in: a slowly sent request body still holds its thread (bodies
+are capped by MAX_CONTENT_LENGTH; put a proxy in front for body timeouts). Plain HTTP/1 only:
+with TLS or HTTP/2 configured it behaves as the stock gthread worker.
+"""
+from __future__ import annotations
+
+import errno
+import selectors
+import time
+from collections import deque
+from functools import partial
+
+from gunicorn.workers.gthread import ThreadWorker
+
+HEAD_TIMEOUT = 10.0  # s a client has to send a complete request head, from when we first wait for it
+
+
+class HeadFirstThreadWorker(ThreadWorker):
+    """gthread, reading request heads in the event loop (module docstring)."""
+
+    head_timeout = HEAD_TIMEOUT
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.head_conns: deque = deque()  # (deadline, conn) in deadline order
+        limit = self.cfg.limit_request_line or 8190
+        fields = self.cfg.limit_request_fields or 100
+        self.head_max = limit + 4 + fields * ((self.cfg.limit_request_field_size or 8190) + 2) + 2
+        self.guarded = not self.cfg.is_ssl and getattr(self.cfg, "http2_cleartext", "off") in (None, "off", "")
+
+    def enqueue_req(self, conn):
+        if not self.guarded or _buffered(conn):
+            super().enqueue_req(conn)
+            return
+        conn.head = b""
+        conn.sock.setblocking(False)
+        self.head_conns.append((time.monotonic() + self.head_timeout, conn))
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_head_readable, conn))
+
+    def _on_head_readable(self, conn, _sock):
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            if e.errno not in (errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE):
+                self.log.debug("reading a request head failed: %s", e)
+            data = b""
+        if not data:  # gone before its head was complete
+            self._drop(conn)
+            return
+        conn.head += data
+        if b"\r\n\r\n" in conn.head or b"\n\n" in conn.head or len(conn.head) > self.head_max:
+            # Complete (or too large: the parser answers that one with its own error).
+            self._forget(conn)
+            conn.data_ready = True
+            super().enqueue_req(conn)
+
+    def handle(self, conn):
+        head = getattr(conn, "head", b"")
+        if head:
+            conn.head = b""
+            conn.sock.setblocking(True)
+            conn.init()
+            conn.parser.unreader.unread(head)
+        return super().handle(conn)
+
+    def murder_pending(self):
+        super().murder_pending()
+        now = time.monotonic()
+        while self.head_conns and self.head_conns[0][0] <= now:
+            _, conn = self.head_conns[0]
+            self.log.info("closing a connection whose request head did not arrive within %gs", self.head_timeout)
+            self._drop(conn)
+
+    def _forget(self, conn):
+        try:
+            self.poller.unregister(conn.sock)
+        except (OSError, KeyError, ValueError):
+            pass
+        for i, (_, c) in enumerate(self.head_conns):
+            if c is conn:
+                del self.head_conns[i]
+                break
+
+    def _drop(self, conn):
+        self._forget(conn)
+        self.nr_conns -= 1
+        conn.close()
+
+
+def _buffered(conn) -> bool:
+    """Read-ahead of the previous request already holds (part of) the next head."""
+    parser = getattr(conn, "parser", None)
+    return parser is not None and bool(parser.unreader.buf.getvalue())
