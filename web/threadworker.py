@@ -7,7 +7,7 @@ half-sent heads (slowloris) hold all 2 × 32 threads for as long as their sender
 worker process, ``keepalive`` only idle kept-alive connections). This worker reads each head in
 its event loop instead, without blocking, and gives the connection to a thread only once the
 head is complete (an empty line), with the bytes read so far handed to gunicorn's parser. A head
-not complete within ``head_timeout`` seconds of its first byte wait is dropped, as is one larger
+not complete within ``GHOSTLESS_HEAD_TIMEOUT`` seconds (default 10) is dropped, as is one larger
 than gunicorn's own limits allow. Kept-alive connections go the same way for their next request.
 
 It changes nothing once a head is in: a slowly sent request body still holds its thread (bodies
@@ -17,6 +17,7 @@ with TLS or HTTP/2 configured it behaves as the stock gthread worker.
 from __future__ import annotations
 
 import errno
+import os
 import selectors
 import time
 from collections import deque
@@ -24,16 +25,26 @@ from functools import partial
 
 from gunicorn.workers.gthread import ThreadWorker
 
-HEAD_TIMEOUT = 10.0  # s a client has to send a complete request head, from when we first wait for it
+HEAD_TIMEOUT = 10.0  # s a client has to send a complete request head (env GHOSTLESS_HEAD_TIMEOUT)
+
+
+def head_timeout() -> float:
+    raw = os.environ.get("GHOSTLESS_HEAD_TIMEOUT")
+    try:
+        value = float(raw) if raw else HEAD_TIMEOUT
+    except ValueError:
+        raise ValueError(f"GHOSTLESS_HEAD_TIMEOUT must be a number of seconds, got {raw!r}") from None
+    if not 0 < value < 3600:
+        raise ValueError("GHOSTLESS_HEAD_TIMEOUT must be within 0..3600 seconds")
+    return value
 
 
 class HeadFirstThreadWorker(ThreadWorker):
     """gthread, reading request heads in the event loop (module docstring)."""
 
-    head_timeout = HEAD_TIMEOUT
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.head_timeout = head_timeout()
         self.head_conns: deque = deque()  # (deadline, conn) in deadline order
         limit = self.cfg.limit_request_line or 8190
         fields = self.cfg.limit_request_fields or 100
@@ -82,7 +93,7 @@ class HeadFirstThreadWorker(ThreadWorker):
         now = time.monotonic()
         while self.head_conns and self.head_conns[0][0] <= now:
             _, conn = self.head_conns[0]
-            self.log.info("closing a connection whose request head did not arrive within %gs", self.head_timeout)
+            self.log.debug("closing a connection whose request head did not arrive within %gs", self.head_timeout)
             self._drop(conn)
 
     def _forget(self, conn):

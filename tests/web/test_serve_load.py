@@ -126,6 +126,16 @@ def test_slow_clients_without_a_login_do_not_stop_healthz_or_other_users(start_w
             sock.close()
 
 
+@pytest.mark.parametrize("server, bound", [("gthread", 1.0), ("gevent", 2.0)])
+def test_a_half_sent_request_head_is_closed_after_the_head_timeout(start_web, server, bound):
+    _, start = start_web
+    # gthread: GHOSTLESS_HEAD_TIMEOUT; gevent: gunicorn bounds a head read by keepalive (2 s)
+    _, port, _ = start(server, GHOSTLESS_HEAD_TIMEOUT=str(bound))
+    with connect(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n") as slow:
+        slow.settimeout(bound + 3)  # the server checks its deadlines about once a second
+        assert slow.recv(100) == b""  # before (gthread), it waited for the rest for ever: a timeout here
+
+
 @pytest.mark.parametrize("server", ["gthread", "gevent"])
 def test_one_users_many_streams_and_long_polls_do_not_stop_healthz_or_other_users(start_web, server):
     engine, start = start_web
