@@ -10,7 +10,7 @@
   (events per client), ``GHOSTLESS_BROKER_BLOCK_MS`` (XREAD block), ``GHOSTLESS_LONGPOLL_MAX``
   (s), ``GHOSTLESS_STUCK_AFTER`` (s a task may wait in PENDING/QUEUED before it counts as stuck),
   ``GHOSTLESS_DASHBOARD_CACHE`` (s the dashboard's shared numbers are reused across viewers).
-- Held requests (web/limits.py; each also read from the environment variable of that name, so
+- Held requests (web/held.py; each also read from the environment variable of that name, so
   ``ghostless web`` can set them): ``GHOSTLESS_STREAMS_PER_USER`` (8) open SSE streams and
   ``GHOSTLESS_LONGPOLLS_PER_USER`` (8) waiting long-polls per user and process;
   ``GHOSTLESS_HELD_MAX`` (200; web/serve.py sets it below the server's threads or connections)
@@ -31,7 +31,7 @@ from flask import Flask
 
 from engine.app import AppError
 
-from . import admin, api, auth, deps, errors, health, limits, metrics, pages, sse
+from . import admin, api, auth, deps, errors, health, held, metrics, pages, sse
 
 log = logging.getLogger("ghostless.web")
 
@@ -73,7 +73,7 @@ def create_app(config: dict | None = None) -> Flask:
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = os.environ.get("GHOSTLESS_SECRET_KEY") or _random_key()
     deps.init_app(app)
-    limits.init_app(app)
+    held.init_app(app)
     errors.init_app(app)
     for blueprint in (auth.bp, api.bp, sse.bp, admin.bp, health.bp, metrics.bp, pages.bp):
         app.register_blueprint(blueprint)

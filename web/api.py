@@ -19,7 +19,7 @@ from .bodies import json_body
 from .broker import Dropped
 from .deps import get_broker, get_engine
 from .errors import ApiError
-from .limits import CLIENT_CHECK, LONGPOLL, busy_retry_ms, client_gone, held
+from .held import CLIENT_CHECK, LONGPOLL, busy_retry_ms, client_gone, held
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 

@@ -8,7 +8,7 @@ number of streams. Workers build their app after the fork (no preload), so no Re
 thread crosses a fork.
 
 Under abuse: streams and long-polls together may hold at most ``held_cap(threads)`` (gthread) or
-``held_cap(connections)`` (gevent) per process (web/limits.py; env ``GHOSTLESS_HELD_MAX``
+``held_cap(connections)`` (gevent) per process (web/held.py; env ``GHOSTLESS_HELD_MAX``
 overrides), so short requests always find a thread; gthread reads request heads without a thread
 (web/threadworker.py), gevent bounds a head read by ``keepalive``; idle kept-alive connections
 close after KEEPALIVE seconds; access logs redact login codes (web/accesslog.py).

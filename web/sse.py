@@ -29,7 +29,7 @@ from .auth import CHECK_TTL, credential_check, require_user
 from .broker import Dropped
 from .deps import get_broker, get_engine
 from .errors import ApiError
-from .limits import CLIENT_CHECK, STREAM, busy_retry_ms, client_gone, held
+from .held import CLIENT_CHECK, STREAM, busy_retry_ms, client_gone, held
 from .positions import Positions
 
 bp = Blueprint("sse", __name__, url_prefix="/api")
@@ -73,7 +73,7 @@ def _stream(generator) -> Response:
 
 def _held_stream(make) -> Response:
     """The stream ``make(gone)`` builds, holding one of the caller's stream slots until its
-    response closes; past a cap (web/limits.py) a stream that tells EventSource to come back in
+    response closes; past a cap (web/held.py) a stream that tells EventSource to come back in
     GHOSTLESS_BUSY_RETRY_MS and ends at once (a 200: an error status would make it give up)."""
     release = held().acquire(STREAM, g.caller.name)
     if release is None:

@@ -1,4 +1,4 @@
-"""Held requests under abuse (web/limits.py, web/sse.py, web/api.py): an idle stream ends soon
+"""Held requests under abuse (web/held.py, web/sse.py, web/api.py): an idle stream ends soon
 after its credential is gone, whatever its keep-alive interval; streams and long-polls are
 capped per user and per process, refused so that clients come back later, and give their
 slot back however they end."""
@@ -11,7 +11,7 @@ import pytest
 
 from engine import State
 from tests.support.wait import wait_until
-from web.limits import LONGPOLL, STREAM, Held
+from web.held import LONGPOLL, STREAM, Held
 from web.sse import CREDENTIAL_CHECK
 
 from .helpers import task_in
