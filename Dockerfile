@@ -10,7 +10,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Pinned dependencies first: this layer is rebuilt only when requirements.txt changes.
+# Pinned runtime dependencies first (no test tools: those are in requirements-test.txt); this
+# layer is rebuilt only when requirements.txt changes.
 COPY requirements.txt ./
 RUN pip install -r requirements.txt
 

@@ -2,15 +2,16 @@
 from .config import Config
 from .engine import Engine
 from .errors import (
-    BreakerOpen, Code, GhostlessError, IdempotencyConflict, IllegalTransition, LeaseLost, PermanentError, RedisSetupError,
+    BadArgs, BreakerOpen, Code, GhostlessError, IdempotencyConflict, IllegalTransition, LeaseLost, PermanentError, QuotaExceeded, RedisSetupError,
     TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType, WrongDispatch,
 )
+from .quota import Quota
 from .models import Event, Lease, Task
 from .registry import Backoff, Breaker, TaskType
 from .states import State, TERMINAL, TRANSITIONS
 
 __all__ = [
-    "Backoff", "Breaker", "BreakerOpen", "Code", "Config", "Engine", "Event", "GhostlessError", "IdempotencyConflict", "IllegalTransition",
-    "Lease", "LeaseLost", "PermanentError", "RedisSetupError", "State", "TERMINAL", "TRANSITIONS", "Task",
+    "BadArgs", "Backoff", "Breaker", "BreakerOpen", "Code", "Config", "Engine", "Event", "GhostlessError", "IdempotencyConflict", "IllegalTransition",
+    "Lease", "LeaseLost", "PermanentError", "Quota", "QuotaExceeded", "RedisSetupError", "State", "TERMINAL", "TRANSITIONS", "Task",
     "TaskCancelled", "TaskNotFound", "TaskType", "UnknownParent", "UnknownTaskType", "WrongDispatch",
 ]

@@ -162,7 +162,7 @@ def _start_web(engine, cli, env, quiet, port: int) -> subprocess.Popen:
             time.sleep(0.1)
     engine.users.add("demo", admin=True)
     code = engine.users.login_code("demo", ttl=3600)
-    print(f"dashboard:  {base}/\nlog in:     {base}/login/{code}   (one click, once, within an hour)\n"
+    print(f"dashboard:  {base}/\nlog in:     {base}/login/{code}   (a page with a Log in button; once, within an hour)\n"
           f"Ctrl-C stops everything.", flush=True)
     return proc
 

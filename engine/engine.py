@@ -27,13 +27,14 @@ from .dispatch import Dispatcher, NullDispatcher
 from .errors import Code, IdempotencyConflict, IllegalTransition, TaskNotFound
 from .keys import Keys, new_task_id, parse_task_id
 from .models import Event, Task
+from .quota import Quota
 from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts, refuse
 from .server import check_server
 from .states import State
 from .users import Users
 from .lease_calls import LeaseCalls
-from .validate import duration_ms as _duration_ms, text as _text
+from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -77,13 +78,14 @@ class Engine(LeaseCalls):
     def task(self, name: str | None = None, *, queue: str = "default", timeout: float = 600.0,
              lease: float = 15.0, max_attempts: int = 3, backoff=None, stages=None,
              permanent_errors=(), breaker: "Breaker | bool | None" = None, upstream: str = "",
-             verify: Callable | None = None) -> Callable:
+             verify: Callable | None = None, internal: bool = False) -> Callable:
         """Decorator registering a task type (the allowlist of what may be submitted and run).
 
         ``breaker`` (a Breaker, or True for the defaults; implied by ``upstream``) guards the
         upstream the type calls; types naming the same ``upstream`` share one breaker.
         ``verify(result, ctx)`` checks a result before SUCCESS is recorded: returning False or
-        raising fails the attempt (``verification_failed``, retried).
+        raising fails the attempt (``verification_failed``, retried). ``internal`` types (and every
+        ``ghostless.*`` one) are submitted by engine code only: ``submit(..., internal=True)``.
         """
         if breaker is True or (upstream and breaker is None):
             breaker = Breaker()
@@ -93,7 +95,7 @@ class Engine(LeaseCalls):
                 name=name or fn.__name__, fn=fn, queue=queue, timeout=timeout, lease=lease,
                 max_attempts=max_attempts, backoff=as_backoff(backoff), stages=dict(stages or {}),
                 permanent_errors=tuple(permanent_errors), breaker=breaker or None, upstream=upstream,
-                verify=verify))
+                verify=verify, internal=internal))
             return fn
 
         return register
@@ -109,11 +111,12 @@ class Engine(LeaseCalls):
     def submit(self, type: str, args: dict | None = None, *, owner: str, idempotency_key: str | None = None,
                priority: int = 0, delay: float = 0, due_in: float | None = None,
                escalate_in: float | None = None, depends_on: list[str] | None = None,
-               notify_url: str | None = None) -> Task:
+               notify_url: str | None = None, quota: Quota | None = None, internal: bool = False) -> Task:
         """Create a task in PENDING (or return the one its idempotency key names).
 
         Args:
-            type: a registered task type. args: a JSON object (<= Config.max_args_bytes).
+            type: a registered task type (not an internal one, unless ``internal``: engine code).
+            args: a JSON object (<= Config.max_args_bytes) that fits the type's function.
             owner: who owns the task; idempotency keys are scoped to the owner.
             delay: seconds before it may be dispatched.
             due_in / escalate_in: seconds from now by which the task should have ended; the
@@ -122,16 +125,20 @@ class Engine(LeaseCalls):
                 (engine/dependencies.py).
             notify_url: webhook for this task's notifications (else its owner's default, if any;
                 engine/notify.py; needs enable_notifications).
+            quota: the owner's limits in the type's queue (engine/quota.py), checked atomically
+                with the creation; None (the default) is no limit.
 
         Returns: the new Task, or the existing one for a replayed idempotency key.
 
-        Raises: UnknownTaskType, ValueError (bad input), IdempotencyConflict (same key, other args),
-            UnknownParent (a ValueError: depends_on names a task that does not exist).
+        Raises: UnknownTaskType, BadArgs (a ValueError: args that do not fit the function),
+            ValueError (bad input), IdempotencyConflict (same key, other args), UnknownParent (a
+            ValueError: depends_on names a task that does not exist), QuotaExceeded.
 
-        Redis keys: the task's keys, its queue's sets/stream/counters, the idempotency key.
+        Redis keys: the task's keys, its queue's sets/stream/counters, the idempotency key, the
+        owner's submit-rate key (with a quota).
         """
-        tt = self.registry.get(type)
-        args_json = self._args_json({} if args is None else args)
+        tt = self.registry.submittable(type, internal)
+        args_json = self._args_json({} if args is None else args, tt, quota)
         owner = _text("owner", owner)
         if idempotency_key is not None:
             idempotency_key = _text("idempotency_key", idempotency_key)
@@ -150,11 +157,13 @@ class Engine(LeaseCalls):
         self._remember_queue(tt.queue)
         digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
         idem = self.keys.idempotency(tt.queue, owner, idempotency_key) if idempotency_key else None
+        rate_key = self.keys.submit_rate(tt.queue, owner) if quota else None
         reply = self.scripts.submit(self.keys.task(task_id), self.keys.owner_index(tt.queue, owner), parent_keys,
-                                    idem, [
+                                    rate_key, idem, [
             task_id, tt.name, owner, args_json, digest, tt.max_attempts, ms(tt.lease), ms(tt.timeout),
             priority, delay_ms, tt.backoff.spec(), ms(self.config.idempotency_ttl), idempotency_key or "",
-            tt.queue, due_ms, escalate_ms, notify_url or "", len(parent_ids), *parent_ids])
+            tt.queue, due_ms, escalate_ms, notify_url or "", quota.spec() if quota else "", len(parent_ids),
+            *parent_ids])
         code, found_id = reply[0], reply[1]
         if code == Code.IDEMPOTENCY_CONFLICT:
             raise IdempotencyConflict(idempotency_key, found_id)
@@ -249,22 +258,28 @@ class Engine(LeaseCalls):
         self.scripts.manage("cancel", self._keys(task_id), task_id, by, "1" if admin else "0",
                             _text("reason", reason or f"cancelled by {by}"))
 
-    def edit(self, task_id: str, args: dict, *, by: str, admin: bool = False) -> Task:
+    def edit(self, task_id: str, args: dict, *, by: str, admin: bool = False, quota: Quota | None = None,
+             internal: bool = False) -> Task:
         """Atomically cancel a task that has not ended and submit its replacement with ``args``.
 
-        Returns the new task. Raises TaskNotFound, IllegalTransition, ValueError.
+        ``quota`` (the task owner's, as for submit) counts the edit against its rate and the new
+        args, in place of the old ones, against its unfinished bytes. Returns the new task.
+        Raises TaskNotFound, IllegalTransition, UnknownTaskType (also an internal type, unless
+        ``internal``), BadArgs, ValueError, QuotaExceeded.
         """
         by = _text("by", by)
-        args_json = self._args_json(args)
         old_keys = self._keys(task_id)
         queue = parse_task_id(task_id)
         new_id = new_task_id(queue)
-        owner = self.redis.hget(old_keys.task, "owner")
-        if owner is None:
+        owner, type_name = (v.decode() if isinstance(v, bytes) else v
+                            for v in self.redis.hmget(old_keys.task, "owner", "type"))
+        if owner is None or not (admin or owner == by):  # the script checks again, atomically
             raise TaskNotFound(task_id)
-        owner_index = self.keys.owner_index(queue, owner.decode() if isinstance(owner, bytes) else owner)
-        reply = self.scripts.manage("edit", [*old_keys, *self.keys.task(new_id), owner_index], task_id,
-                                    by, "1" if admin else "0", new_id, args_json)
+        args_json = self._args_json(args, self.registry.submittable(type_name, internal), quota)
+        owner_index = self.keys.owner_index(queue, owner)
+        rate = [self.keys.submit_rate(queue, owner)] if quota else []
+        reply = self.scripts.manage("edit", [*old_keys, *self.keys.task(new_id), owner_index, *rate], task_id,
+                                    by, "1" if admin else "0", new_id, args_json, quota.spec() if quota else "")
         new_id = reply[1]
         if reply[0] == Code.OK and len(reply) > 3 and reply[3] == "resolve":
             deps.resolve(self, new_id)  # it waits on the old task's parents: register with them
@@ -379,22 +394,12 @@ class Engine(LeaseCalls):
             self.redis.sadd(self.keys.queues(), queue)
             self._known_queues.add(queue)
 
-    def _args_json(self, args) -> str:
+    def _args_json(self, args, tt: TaskType, quota: Quota | None) -> str:
         if not isinstance(args, dict):
             raise ValueError(f"args must be a JSON object (dict), got {type(args).__name__}")
-        return self._json("args", args, self.config.max_args_bytes)
+        tt.bind(None, args)  # BadArgs now, rather than a failure on every attempt
+        limit = self.config.max_args_bytes
+        return self._json("args", args, min(limit, quota.max_args_bytes or limit) if quota else limit)
 
     def _json(self, what: str, value, limit: int | None = None) -> str:
-        try:
-            text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{what} is not JSON-serialisable: {e}") from None
-        if "\\ud" in text:  # a surrogate escape: fine in a pair, not alone (not Unicode text)
-            try:
-                json.dumps(value, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError(f"{what} holds text that is not valid Unicode (a lone surrogate)") from None
-        limit = limit or self.config.max_args_bytes
-        if len(text.encode()) > limit:
-            raise ValueError(f"{what} is {len(text.encode())} bytes of JSON, over the limit of {limit}")
-        return text
+        return _json_text(what, value, limit or self.config.max_args_bytes)

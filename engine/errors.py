@@ -22,6 +22,7 @@ class Code(enum.IntEnum):
     UNKNOWN_TYPE = -7  # the worker does not run this task type
     BREAKER_OPEN = -8  # the upstream's circuit breaker is open: park the task
     UNKNOWN_PARENT = -9  # submit: a task it depends on does not exist
+    QUOTA_EXCEEDED = -10  # submit, edit: the owner's quota refuses another task (engine/quota.py)
 
 
 class GhostlessError(Exception):
@@ -32,6 +33,25 @@ class UnknownTaskType(GhostlessError, ValueError):
     def __init__(self, name: str):
         self.name = name
         super().__init__(f"unknown task type {name!r} (not registered with this engine)")
+
+
+class BadArgs(GhostlessError, ValueError):
+    """A task's args do not fit its function's parameters (checked at submit, edit and claim)."""
+
+    def __init__(self, type_name: str, missing=(), unexpected=(), accepted=(), detail: str = ""):
+        self.type, self.missing, self.unexpected = type_name, list(missing), list(unexpected)
+        parts = [f"missing {_names(self.missing)}" if self.missing else "",
+                 f"unexpected {_names(self.unexpected)}" if self.unexpected else ""]
+        why = "; ".join(p for p in parts if p) or detail
+        takes = _names(accepted, quote=False) or "no arguments"
+        super().__init__(f"args do not fit task type {type_name!r}: {why} (it takes: {takes})")
+
+
+def _names(names, quote: bool = True, most: int = 5) -> str:
+    """A short list of (user-given, maybe long) names for a message."""
+    shown = [repr(n[:64]) if quote else n[:64] for n in list(names)[:most]]
+    more = len(names) - most
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 class TaskNotFound(GhostlessError, LookupError):
@@ -73,6 +93,20 @@ class UnknownParent(GhostlessError, ValueError):
     def __init__(self, task_id: str):
         self.task_id = task_id
         super().__init__(f"depends_on names task {task_id!r}, which does not exist")
+
+
+class QuotaExceeded(GhostlessError):
+    """The owner's submit quota (engine/quota.py) refused the call; nothing was written.
+
+    ``limit`` names the limit reached (``rate``, ``max_unfinished``, ``max_unfinished_bytes``);
+    ``retry_after`` is the seconds until the rate allows another call, or None when the call can
+    only succeed once some of the owner's unfinished tasks end.
+    """
+
+    def __init__(self, owner: str, queue: str, limit: str, retry_after: float | None):
+        self.owner, self.queue, self.limit, self.retry_after = owner, queue, limit, retry_after
+        wait = f"retry in {retry_after:.1f}s" if retry_after is not None else "wait for tasks to end"
+        super().__init__(f"quota of {owner!r} in queue {queue!r} exceeded ({limit}): {wait}")
 
 
 class BreakerOpen(GhostlessError):

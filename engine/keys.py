@@ -3,6 +3,8 @@
 Every key of a queue shares the hash tag ``{queue}`` so each script touches a
 single slot (Redis Cluster ready). A task id carries its queue
 (``<queue>.<20 hex>``), so any task's keys can be built from its id alone.
+Keys of no queue that are new (the web's rate limits) share the global tag ``{@global}``
+(``@`` is outside the queue alphabet, so no queue's tag can equal it).
 """
 from __future__ import annotations
 
@@ -31,6 +33,11 @@ def parse_task_id(task_id: object) -> str | None:
     return m.group(1) if m else None
 
 
+def _owner_digest(owner: str) -> str:
+    # Hashed: owner names are user input of any length and alphabet.
+    return hashlib.sha256(owner.encode()).hexdigest()[:32]
+
+
 class TaskKeys(NamedTuple):
     """The keys every task script receives, in this order (KEYS[1..T], T = len(TaskKeys._fields)).
 
@@ -57,6 +64,7 @@ class TaskKeys(NamedTuple):
     waiting: str  # zset: PENDING tasks waiting on parents, scored by when to look at their parents
     outbox: str  # list: webhook notifications to hand to the notifier (JSON entries)
     notifications: str  # list: ids of the notification tasks made for this task
+    owners: str  # hash: per owner, unfinished tasks ('n:<owner>') and their args bytes ('b:<owner>')
 
 
 class Keys:
@@ -99,6 +107,7 @@ class Keys:
             waiting=f"{q}:waiting",
             outbox=f"{q}:outbox",
             notifications=f"{t}:notifications",
+            owners=f"{q}:owners",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:
@@ -108,8 +117,12 @@ class Keys:
 
     def owner_index(self, queue: str, owner: str) -> str:
         """Zset: one owner's tasks in a queue, scored by creation time (ms)."""
-        digest = hashlib.sha256(owner.encode()).hexdigest()[:32]
-        return self.queue_key(queue, f"owner:{digest}")
+        return self.queue_key(queue, f"owner:{_owner_digest(owner)}")
+
+    def submit_rate(self, queue: str, owner: str) -> str:
+        """String: one owner's submit-rate state in a queue (the time its quota's bucket is empty
+        until, ms), expiring with it."""
+        return self.queue_key(queue, f"rate:{_owner_digest(owner)}")
 
     def breaker(self, queue: str, upstream: str) -> str:
         """Hash: one upstream's circuit breaker state and outcome counts, in one queue."""
@@ -131,6 +144,16 @@ class Keys:
         """String: a web login session's token digest (by the session id's SHA-256), with the
         session's lifetime as TTL; deleted at logout, so a copied cookie stops working."""
         return f"{self.ns}:session:{digest}"
+
+    def global_key(self, name: str) -> str:
+        """A key of no queue, under the global hash tag (one Cluster slot for all of them)."""
+        return f"{self.ns}:{{@global}}:{name}"
+
+    def rate_limit(self, kind: str, address: str) -> str:
+        """String: failed attempts of one kind (``login``, ``bearer``) from one client address in
+        the current window, with the window's remainder as TTL (web/limits.py)."""
+        digest = hashlib.sha256(address.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return self.global_key(f"ratelimit:{kind}:{digest}")
 
     def tokens(self) -> str:
         """Hash: sha256 of an API token -> user name (tokens themselves are never stored)."""

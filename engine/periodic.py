@@ -114,9 +114,10 @@ def register(engine, name: str, *, cron: str, args: dict | None = None, owner: s
         raise ValueError(f"cron {cron!r} never matches a date that exists") from None
     tt = engine.registry.get(type or name)
     args = {} if args is None else args
-    engine._args_json(args)  # the checks submit makes, at registration rather than at 2 a.m.
     if period_arg is not None and (not isinstance(period_arg, str) or not period_arg.isidentifier()):
         raise ValueError("period_arg must be a Python identifier")
+    # The checks submit makes (with the period's argument), at registration rather than at 2 a.m.
+    engine._args_json({**args, period_arg: ""} if period_arg and isinstance(args, dict) else args, tt, None)
     schedule = Schedule(name=name, cron=cron, type=tt.name, args=dict(args), owner=owner, priority=priority,
                         period_arg=period_arg)
     schedules(engine)[name] = schedule

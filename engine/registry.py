@@ -1,16 +1,19 @@
 """Task types: the allowlist of what may be submitted and run, with each type's policy."""
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from functools import cached_property
+from typing import Any, Callable, Mapping, Sequence
 
 from .config import ms
-from .errors import UnknownTaskType
+from .errors import BadArgs, UnknownTaskType
 from .keys import valid_queue
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _STAGE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+INTERNAL_PREFIX = "ghostless."  # the engine's own types (engine/notify.py): never submittable by users
 
 
 @dataclass(frozen=True)
@@ -102,10 +105,37 @@ class TaskType:
     breaker: Breaker | None = None
     upstream: str = ""  # the breaker's name (types naming one upstream share it); default: the type
     verify: Callable | None = None  # verify(result, ctx) -> bool: checked before SUCCESS is recorded
+    internal: bool = False  # submitted by engine code only (Engine.submit(..., internal=True))
 
     @property
     def breaker_name(self) -> str:
         return self.upstream or self.name
+
+    @property
+    def is_internal(self) -> bool:
+        """Internal types (marked so, or named ``ghostless.*``) are refused to ordinary submits."""
+        return self.internal or self.name.startswith(INTERNAL_PREFIX)
+
+    @cached_property
+    def _signature(self) -> inspect.Signature | None:
+        try:
+            return inspect.signature(self.fn)
+        except (TypeError, ValueError):  # a builtin or C callable: its arguments cannot be checked
+            return None
+
+    def bind(self, ctx: Any, args: Mapping[str, Any]) -> inspect.BoundArguments | None:
+        """The call ``fn(ctx, **args)`` bound to the function's signature, without calling it.
+
+        Raises BadArgs (a ValueError) naming the parameters that are missing or unknown. None when
+        the signature cannot be read (the call then goes ahead unchecked).
+        """
+        sig = self._signature
+        if sig is None:
+            return None
+        try:
+            return sig.bind(ctx, **args)
+        except TypeError as e:
+            raise BadArgs(self.name, *_mismatch(sig, args), detail=str(e)) from None
 
     def __post_init__(self):
         if not _NAME_RE.fullmatch(self.name):
@@ -131,6 +161,16 @@ class TaskType:
         return ms(self.stages[stage] or 0)
 
 
+def _mismatch(sig: inspect.Signature, args: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """(missing, unexpected, accepted) parameter names of ``fn(ctx, **args)``."""
+    params = list(sig.parameters.values())[1:]  # the first one receives the context
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in params)
+    unexpected = [] if open_ended else sorted(set(args) - set(named))
+    missing = [p.name for p in params if p.name in named and p.default is p.empty and p.name not in args]
+    return missing, unexpected, named
+
+
 class Registry:
     def __init__(self):
         self._types: dict[str, TaskType] = {}
@@ -144,6 +184,14 @@ class Registry:
         if not isinstance(name, str) or name not in self._types:
             raise UnknownTaskType(str(name))
         return self._types[name]
+
+    def submittable(self, name: object, internal: bool = False) -> TaskType:
+        """The type, if callers may submit it: an internal one (TaskType.is_internal) only with
+        ``internal=True`` (engine code); to anyone else it is an UnknownTaskType like any other."""
+        tt = self.get(name)
+        if tt.is_internal and not internal:
+            raise UnknownTaskType(str(name))
+        return tt
 
     def __contains__(self, name: object) -> bool:
         return name in self._types

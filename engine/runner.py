@@ -18,7 +18,7 @@ from rq.timeouts import JobTimeoutException
 from . import runtime
 from .context import AttemptReleased, AttemptStopped, TaskContext
 from .errors import (
-    BreakerOpen, IllegalTransition, LeaseLost, PermanentError, TaskNotFound, UnknownTaskType, WrongDispatch,
+    BadArgs, BreakerOpen, IllegalTransition, LeaseLost, PermanentError, TaskNotFound, UnknownTaskType, WrongDispatch,
 )
 from .heartbeat import Heartbeat
 
@@ -94,7 +94,11 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
     hb = Heartbeat(engine, ctx, force_stop, grace=max(grace, 1.0))
     hb.start()
     try:
-        result = tt.fn(ctx, **(lease.args or {}))
+        try:  # bound apart from the call: a TypeError raised inside the function stays retryable
+            bound = tt.bind(ctx, lease.args or {})
+        except BadArgs as e:  # args that can never fit: no attempt will do better
+            raise PermanentError(str(e), kind="bad_args") from None
+        result = tt.fn(*bound.args, **bound.kwargs) if bound is not None else tt.fn(ctx, **(lease.args or {}))
         _verify(tt, result, ctx)  # still under the heartbeat: a check may take a while
     except AttemptReleased:
         if not (hb.lost or hb.abandoned):

@@ -16,14 +16,14 @@ from typing import Any, Sequence
 from . import priority
 from .config import Config
 from .errors import (
-    Code, IdempotencyConflict, IllegalTransition, LeaseLost, TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType,
-    WrongDispatch,
+    Code, IdempotencyConflict, IllegalTransition, LeaseLost, QuotaExceeded, TaskCancelled, TaskNotFound, UnknownParent,
+    UnknownTaskType, WrongDispatch,
 )
 from .keys import TaskKeys, parse_task_id
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
-LIBS = ("time", "task", "record", "lease", "backoff", "breaker")  # order matters: later ones use earlier ones
+LIBS = ("time", "task", "record", "lease", "backoff", "breaker", "quota")  # order matters: later ones use earlier ones
 SCRIPTS = ("submit", "dispatch", "claim", "heartbeat", "stage", "progress", "checkpoint", "complete",
            "fail", "release", "expire", "promote", "park", "resolve", "cancel", "edit", "retry", "purge", "overdue", "due", "read")
 
@@ -118,11 +118,15 @@ class Scripts:
         return reply
 
     # -- client calls -----------------------------------------------------------------------------
-    def submit(self, keys: TaskKeys, owner_index: str, parent_keys: Sequence[str], idem_key: str | None,
-               argv: Sequence[Any]) -> list:
-        reply = self.call("submit", [*keys, owner_index, *parent_keys, *([idem_key] if idem_key else [])], argv)
+    def submit(self, keys: TaskKeys, owner_index: str, parent_keys: Sequence[str], rate_key: str | None,
+               idem_key: str | None, argv: Sequence[Any]) -> list:
+        """``rate_key`` goes with a quota (argv's quota spec not ''). Raises UnknownParent, QuotaExceeded."""
+        reply = self.call("submit", [*keys, owner_index, *parent_keys, *([rate_key] if rate_key else []),
+                                     *([idem_key] if idem_key else [])], argv)
         if reply[0] == Code.UNKNOWN_PARENT:
             raise UnknownParent(reply[1])
+        if reply[0] == Code.QUOTA_EXCEEDED:
+            raise _quota_exceeded(reply, argv[0])
         return reply
 
     def dispatch(self, keys: TaskKeys, control: str, task_id: str, dispatch_id: str, requeue_ms: int) -> list:
@@ -191,6 +195,12 @@ def parse(reply) -> list:
     return reply
 
 
+def _quota_exceeded(reply: list, task_id: str) -> QuotaExceeded:
+    """lib/quota's refusal {QUOTA_EXCEEDED, limit, ms to wait (0: until tasks end), owner}."""
+    wait_ms = int(reply[2])
+    return QuotaExceeded(reply[3], parse_task_id(task_id) or "", reply[1], wait_ms / 1000 if wait_ms else None)
+
+
 def refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> list:
     """Turn a refusal into its exception; return a success reply unchanged."""
     code = reply[0]
@@ -206,4 +216,6 @@ def refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> li
         raise LeaseLost(task_id, token, reply[1])
     if code == Code.IDEMPOTENCY_CONFLICT:
         raise IdempotencyConflict("", reply[1])
+    if code == Code.QUOTA_EXCEEDED:
+        raise _quota_exceeded(reply, task_id)
     raise AssertionError(f"unexpected reply {reply!r} from {verb}")  # a script/wrapper mismatch

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 from redis.exceptions import WatchError
 
+from .quota import parse_overrides
+
+UPDATE_TRIES = 100
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 
 
@@ -23,6 +26,10 @@ class User:
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _code_shaped(code: object) -> bool:
+    return isinstance(code, str) and 8 <= len(code) <= 128 and code.isascii()
 
 
 def _s(v):
@@ -39,24 +46,53 @@ class Users:
             raise ValueError("user name must be 1-64 letters, digits or . _ @ -")
         token = "gl_" + secrets.token_urlsafe(32)
         digest = _digest(token)
-        # Read, change, write under WATCH: two adds at once must both keep their token on the record
-        # (a token missing from it would escape a later revoke).
+
+        def change(record):
+            record = record or {"admin": bool(admin), "created_at": time.time(), "tokens": []}
+            record["admin"] = bool(admin) or record["admin"]
+            record["tokens"].append(digest)
+            return record
+
+        self._update(name, change, lambda pipe: pipe.hset(self.keys.tokens(), digest, name))
+        return token
+
+    def set_quota(self, name: str, overrides: dict | None) -> None:
+        """Store the user's own submit limits (engine/quota.py fields; None = no limit), replacing
+        any before; ``{}`` or None goes back to the web app's defaults. Raises ValueError (no such
+        user, a bad field or value)."""
+        overrides = parse_overrides(overrides or {})
+
+        def change(record):
+            if record is None:
+                raise ValueError(f"no user {name!r}")
+            record["quota"] = overrides
+            return record
+
+        self._update(name, change)
+
+    def quota_overrides(self, name: str) -> dict:
+        """The user's own submit limits (empty: the web app's defaults apply)."""
+        raw = self.redis.hget(self.keys.users(), name) if isinstance(name, str) else None
+        return dict(json.loads(raw).get("quota") or {}) if raw else {}
+
+    def _update(self, name: str, change, also=None) -> None:
+        """Read, change, write the user's record under WATCH: two changes at once must both land
+        (a token missing from the record would escape a later revoke). ``also(pipe)`` adds writes."""
         with self.redis.pipeline(transaction=True) as pipe:
-            while True:
+            for _ in range(UPDATE_TRIES):
                 try:
                     pipe.watch(self.keys.users())
                     raw = pipe.hget(self.keys.users(), name)
-                    record = json.loads(raw) if raw else {"admin": bool(admin), "created_at": time.time(),
-                                                          "tokens": []}
-                    record["admin"] = bool(admin) or record["admin"]
-                    record["tokens"].append(digest)
+                    record = change(json.loads(raw) if raw else None)
                     pipe.multi()
                     pipe.hset(self.keys.users(), name, json.dumps(record))
-                    pipe.hset(self.keys.tokens(), digest, name)
+                    if also is not None:
+                        also(pipe)
                     pipe.execute()
-                    return token
+                    return
                 except WatchError:
                     continue
+        raise WatchError(f"the users hash kept changing: {UPDATE_TRIES} tries to update {name!r} failed")
 
     def list(self) -> list[User]:
         out = []
@@ -98,9 +134,15 @@ class Users:
         self.redis.set(self.keys.login_code(_digest(code)), name, px=int(ttl * 1000))
         return code
 
+    def login_code_user(self, code: object) -> User | None:
+        """The user a valid one-time code would log in (a confirmation page), without using it up."""
+        name = self.redis.get(self.keys.login_code(_digest(code))) if _code_shaped(code) else None
+        user = self.get(_s(name)) if name else None
+        return user if user is not None and user.tokens else None
+
     def redeem_login_code(self, code: object) -> tuple[User, str] | None:
         """(user, digest of their newest token) for a valid code, used up by this call; else None."""
-        if not isinstance(code, str) or not 8 <= len(code) <= 128 or not code.isascii():
+        if not _code_shaped(code):
             return None
         name = self.redis.getdel(self.keys.login_code(_digest(code)))
         raw = self.redis.hget(self.keys.users(), _s(name)) if name else None

@@ -1,6 +1,7 @@
 """Checks of caller input shared by the Engine's calls: clear ValueErrors, never a bad write."""
 from __future__ import annotations
 
+import json
 import math
 
 from .config import ms
@@ -21,3 +22,19 @@ def duration_ms(name: str, seconds) -> int:
             or not 0 <= seconds <= 366 * 86400:
         raise ValueError(f"{name} must be a number of seconds within 0..366 days, got {seconds!r}")
     return ms(seconds)
+
+
+def json_text(what: str, value, limit: int) -> str:
+    """``value`` as the canonical JSON the engine stores, at most ``limit`` bytes."""
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} is not JSON-serialisable: {e}") from None
+    if "\\ud" in text:  # a surrogate escape: fine in a pair, not alone (not Unicode text)
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{what} holds text that is not valid Unicode (a lone surrogate)") from None
+    if len(text.encode()) > limit:
+        raise ValueError(f"{what} is {len(text.encode())} bytes of JSON, over the limit of {limit}")
+    return text

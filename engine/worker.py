@@ -59,7 +59,8 @@ class _EngineHooks:
         try:
             super()._set_ip_address(connection)
         except ValueError:
-            self.ip_address = self._ip_address_from_client_list(connection)
+            mine = [c.get("addr") for c in connection.client_list() if c.get("name") == self.name]
+            self.ip_address = str(mine[0]) if mine else "unknown"
 
     def _report_lost(self, why: str, release: bool) -> None:
         """Report the attempt our horse held (if it still holds it) on its behalf."""

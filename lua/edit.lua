@@ -3,13 +3,16 @@
 -- From: PENDING, QUEUED, PROCESSING, RETRY_WAITING
 -- To: CANCELLED, PENDING
 -- KEYS[1..T]: the old task's keys (T = the fields of engine/keys.py TaskKeys);
---   KEYS[T+1..2T]: the new task's keys; KEYS[2T+1]: the owner's task index
+--   KEYS[T+1..2T]: the new task's keys; KEYS[2T+1]: the owner's task index;
+--   KEYS[2T+2]: the owner's submit-rate key (only with a quota, ARGV[9] ~= '')
 -- ARGV[1..4]: engine config; ARGV[5]: who asks; ARGV[6]: '1' if admin; ARGV[7]: new task id;
---   ARGV[8]: new args JSON
+--   ARGV[8]: new args JSON; ARGV[9]: the owner's quota (lib/quota; '' or absent = none): an edit counts as a
+--   submit against its rate, and its args replace the old task's in the unfinished bytes
 -- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)
 -- Returns: {OK, new id, now, 'resolve' when the new task waits on parents, 'delayed' while the
 --   request's delay has not passed, else ''} | {REPLAYED, new id} when this edit already happened | {NOT_FOUND}
---   (also for a task of another owner) | {ILLEGAL_TRANSITION, state}
+--   (also for a task of another owner) | {ILLEGAL_TRANSITION, state} |
+--   {QUOTA_EXCEEDED, limit, ms to wait, owner} when the owner's quota refuses it (lib/quota)
 local by, admin, new_id = ARGV[5], ARGV[6], ARGV[7]
 local N = taskkeys(T)
 local t = load_task(K.task)
@@ -18,6 +21,12 @@ if t.superseded_by == new_id then return {C.REPLAYED, new_id} end
 if not LEGAL.edit[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()
+local quota = ARGV[9] or ''
+local rate_key = quota ~= '' and KEYS[2 * T + 2] or nil
+local refused, rate_state = quota_check(K, rate_key, t.owner, quota, 0,
+  #ARGV[8] - redis.call('STRLEN', K.args), now)
+if refused then return refused end
+quota_charge(rate_key, rate_state, now)
 -- The replacement waits on the same parents; the engine resolves it at once (which registers it
 -- with them).
 local waiting = t.waiting_on == '1' and '1' or nil

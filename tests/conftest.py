@@ -67,16 +67,16 @@ def register_test_types(engine: Engine) -> Engine:
     @engine.task(name="render", queue="images", lease=30, timeout=600, max_attempts=3,
                  backoff=Backoff.fixed([0.05, 0.1]), stages={"generating": 300, "uploading": 0},
                  permanent_errors=("bad_prompt",))
-    def render(ctx, prompt):  # pragma: no cover - executed by workers, not here
+    def render(ctx, prompt="", **extra):  # pragma: no cover - executed by workers, not here
         return {"prompt": prompt}
 
     @engine.task(name="quick", queue="images", lease=0.05, timeout=600, max_attempts=2,
                  backoff=Backoff.fixed([0.05]), stages={"short": 0.05, "long": 600})
-    def quick(ctx):  # pragma: no cover
+    def quick(ctx, **extra):  # pragma: no cover
         return None
 
     @engine.task(name="brief", queue="other", lease=30, timeout=0.05, max_attempts=1)
-    def brief(ctx):  # pragma: no cover
+    def brief(ctx, **extra):  # pragma: no cover
         return None
 
     return engine

@@ -92,3 +92,12 @@ def test_every_file_the_build_needs_exists():
     for path in copied:
         assert (ROOT / path).exists(), f"Dockerfile copies {path}, which does not exist"
     assert "pip install -r requirements.txt" in dockerfile
+
+
+def test_the_web_service_requires_the_shared_secret_key():
+    web = SERVICES["web"]
+    assert int(_arg(web["command"], "--workers")) > 1  # several processes: one key for all of them
+    # ${VAR:?message}: compose refuses to start without it, naming it, instead of a random key per process.
+    assert re.fullmatch(r"\$\{GHOSTLESS_SECRET_KEY:\?[^}]*GHOSTLESS_SECRET_KEY[^}]*\}",
+                        web["environment"]["GHOSTLESS_SECRET_KEY"])
+    assert web["environment"]["GHOSTLESS_REDIS_URL"] == SERVICES["worker"]["environment"]["GHOSTLESS_REDIS_URL"]

@@ -20,6 +20,7 @@ from .broker import Dropped
 from .deps import get_broker, get_engine
 from .errors import ApiError
 from .held import CLIENT_CHECK, LONGPOLL, busy_retry_ms, client_gone, held
+from .quotas import quota_for
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
@@ -87,7 +88,7 @@ def submit():
     type_name = _text("type", body.get("type"), optional=False)
     key = _text("idempotency_key", body.get("idempotency_key"))
     task = _call(engine.submit, type_name, body.get("args", {}), owner=g.caller.name, idempotency_key=key,
-                 priority=body.get("priority", 0), delay=body.get("delay", 0))
+                 priority=body.get("priority", 0), delay=body.get("delay", 0), quota=quota_for(g.caller.name))
     return jsonify(task=task_json(task)), 200 if task.replayed else 201
 
 
@@ -183,7 +184,9 @@ def edit(task_id: str):
     body = json_body()
     if "args" not in body:
         raise ApiError(400, "invalid", "args is required")
-    task = _call(get_engine().edit, task_id, body["args"], by=g.caller.name, admin=g.caller.admin)
+    # The caller's quota: an edit counts against its rate, its args against its bytes.
+    task = _call(get_engine().edit, task_id, body["args"], by=g.caller.name, admin=g.caller.admin,
+                 quota=quota_for(g.caller.name))
     return jsonify(task=task_json(task)), 201
 
 

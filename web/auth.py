@@ -8,6 +8,12 @@
 - Cookie-authenticated state changes (POST) need the session's CSRF token, in the
   ``X-CSRF-Token`` header or a ``csrf_token`` form field (``GET /api/csrf`` returns it).
   ``/login`` itself refuses a cross-origin ``Origin``/``Referer`` (login CSRF).
+- ``GET /login/<code>`` (a one-time link) only shows a confirmation page; its form POSTs the code
+  back under the same origin check plus a form token kept in the session, and only that POST
+  uses the code, so no link or image on another site replaces a logged-in person's session.
+- Logout is ``POST /logout`` with the CSRF token; ``GET /logout`` shows a page with the button.
+- Failed logins and failed bearer checks are limited per client address (web/limits.py).
+- A new login leaves the user's other sessions alone (other browsers); revoking the user ends all.
 """
 from __future__ import annotations
 
@@ -16,11 +22,12 @@ import secrets
 import time
 from urllib.parse import urlsplit
 
-from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session
+from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
 
 from engine.users import User
 from engine.web_queries import token_digest, user_for_digest
 
+from . import limits
 from .bodies import json_body
 from .deps import get_engine
 from .errors import ApiError
@@ -40,6 +47,8 @@ def current_user() -> User | None:
             if scheme.lower() == "bearer":
                 g.user, g.auth = get_engine().users.authenticate(token.strip()), "bearer"
                 g.credential = (token_digest(token.strip()) if _encodable(token.strip()) else "", None)
+                if g.user is None:
+                    limits.count_failure("bearer")  # a good token costs no extra call
         elif "digest" in session:
             g.user, g.auth = _session_user(), "cookie"
             g.credential = (session.get("digest"), _session_key(session.get("sid")))
@@ -147,18 +156,51 @@ def _cross_origin() -> bool:
         return True
 
 
-def _login_form(message: str = "", status: int = 200):
+PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; form-action 'self'; frame-ancestors 'none'",
+                "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}
+
+
+def _page(template: str, status: int = 200, headers: dict | None = None, **context):
+    """One of the login/logout pages: never framed, never cached."""
+    return render_template(template, **context), status, {**PAGE_HEADERS, **(headers or {})}
+
+
+def _login_form(message: str = "", status: int = 200, headers: dict | None = None):
     """The login page (templates/login.html); a browser's failed login shows it again."""
-    page = render_template("login.html", user=None, message=message,
-                           next=_local_path(request.values.get("next")))
-    return page, status, {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
-                          "Cache-Control": "no-store"}
+    return _page("login.html", status, headers, user=None, message=message,
+                 next=_local_path(request.values.get("next")))
 
 
 def _browser_form() -> bool:
     """A form post from a page (Accept names HTML): answer with the page, not JSON."""
     return request.mimetype != "application/json" and request.accept_mimetypes.accept_html \
         and not _wants_json()
+
+
+def _refused(e: ApiError):
+    """A refused login: the login form again (with why) for a browser, else the JSON error."""
+    if _browser_form():
+        headers = {k: v for k, v in e.headers.items() if k.lower() != "www-authenticate"}
+        return _login_form(e.message[:1].upper() + e.message[1:] + ".", e.status, headers)
+    raise e
+
+
+def _under_login_limit(lookup, message: str, headers: dict | None = None):
+    """``lookup()``, unless this address is over its failed-login limit; a failure (None) counts
+    and is a 401 with ``message``."""
+    limits.refuse_if_blocked("login")
+    found = lookup()
+    if found is None:
+        limits.count_failure("login")
+        raise ApiError(401, "unauthorized", message, headers)
+    return found
+
+
+def _logged_in(digest: str, user: User, target: str = "/"):
+    _start_session(digest)
+    if _wants_json():
+        return jsonify(user=user.name, admin=user.admin, csrf_token=session["csrf"])
+    return redirect(target, code=303)
 
 
 @bp.get("/login")
@@ -168,41 +210,75 @@ def login_page():
 
 @bp.post("/login")
 def login():
-    if _cross_origin():
-        if _browser_form():
-            return _login_form("This login came from another site and was refused.", 403)
-        raise ApiError(403, "csrf_failed", "cross-origin login refused")
-    token = json_body(required=False).get("token")
-    user = get_engine().users.authenticate(token) if _encodable(token) else None
-    if user is None:
-        if _browser_form():
-            return _login_form("Unknown or revoked token.", 401)
-        raise ApiError(401, "unauthorized", "unknown or revoked token", UNAUTHORIZED)
-    _start_session(token_digest(token))
-    if _wants_json():
-        return jsonify(user=user.name, admin=user.admin, csrf_token=session["csrf"])
-    return redirect(_local_path(request.form.get("next")), code=303)
+    try:
+        if _cross_origin():
+            raise ApiError(403, "csrf_failed", "this login came from another site and was refused")
+        token = json_body(required=False).get("token")
+        user = _under_login_limit(lambda: get_engine().users.authenticate(token) if _encodable(token) else None,
+                                  "unknown or revoked token", UNAUTHORIZED)
+    except ApiError as e:
+        return _refused(e)
+    return _logged_in(token_digest(token), user, _local_path(request.form.get("next")))
+
+
+LINK_GONE = "this login link is unknown, used or expired"
 
 
 @bp.get("/login/<code>")
 def login_link(code):
-    """A one-time login link (``ghostless user login-link NAME``; the demo prints one)."""
-    found = get_engine().users.redeem_login_code(code)
-    if found is None:
-        return _login_form("This login link is unknown, used or expired.", 401)
-    _start_session(found[1])
-    return redirect("/", code=303)
+    """A one-time login link (``ghostless user login-link NAME``; the demo prints one) opens a
+    page that asks first: the code is used only by that page's POST (no login CSRF by link)."""
+    try:
+        user = _under_login_limit(lambda: get_engine().users.login_code_user(code), LINK_GONE)
+    except ApiError as e:
+        return _refused(e)
+    if not isinstance(session.get("login_csrf"), str):
+        session["login_csrf"] = secrets.token_urlsafe(32)
+    current = _session_user() if "digest" in session else None
+    return _page("login_link.html", user=None, name=user.name, current=current, csrf=session["login_csrf"],
+                 action=url_for("auth.redeem_login_link", code=code))
 
 
-@bp.route("/logout", methods=["GET", "POST"])
+@bp.post("/login/<code>")
+def redeem_login_link(code):
+    """Redeem a one-time code: same-origin only, with the confirmation page's form token."""
+    try:
+        if _cross_origin():
+            raise ApiError(403, "csrf_failed", "this login came from another site and was refused")
+        if not _same(request.form.get("csrf_token"), session.get("login_csrf")):
+            raise ApiError(403, "csrf_failed", "this login form has expired: open the link again")
+        found = _under_login_limit(lambda: get_engine().users.redeem_login_code(code), LINK_GONE)
+    except ApiError as e:
+        return _refused(e)
+    return _logged_in(found[1], found[0])
+
+
+@bp.get("/logout")
+def logout_page():
+    """A page with a logout button (a GET never logs out: an ``<img src=/logout>`` must not)."""
+    user = current_user() if "sid" in session else None
+    if user is None:
+        return redirect(url_for("auth.login_page"), code=303)
+    return _page("logout.html", user=user)
+
+
+@bp.post("/logout")
 def logout():
-    key = _session_key(session.get("sid"))
-    if key:
-        get_engine().redis.delete(key)  # a copy of the cookie stops working too
+    """End the session (with its CSRF token); nothing to do without one."""
+    if "sid" in session:
+        sent = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token") or ""
+        if not _same(sent, session.get("csrf")):
+            if _browser_form():
+                return _page("logout.html", 403, user=current_user(),
+                             message="That logout did not come from this site's page; use the button.")
+            raise ApiError(403, "csrf_failed", "missing or wrong CSRF token (X-CSRF-Token header)")
+        key = _session_key(session.get("sid"))
+        if key:
+            get_engine().redis.delete(key)  # a copy of the cookie stops working too
     session.clear()
     if _wants_json():
         return jsonify(ok=True)
-    return redirect("/login", code=303)
+    return redirect(url_for("auth.login_page"), code=303)
 
 
 @bp.get("/api/csrf")

@@ -7,15 +7,17 @@ an unreachable Redis is a 503.
 from __future__ import annotations
 
 import logging
+import math
 import re
 
 import redis
 from flask import Flask, jsonify
 from werkzeug.exceptions import HTTPException
 
-from engine.errors import IdempotencyConflict, IllegalTransition, TaskNotFound, UnknownTaskType
+from engine.errors import BadArgs, IdempotencyConflict, IllegalTransition, QuotaExceeded, TaskNotFound, UnknownTaskType
 
 log = logging.getLogger("ghostless.web")
+QUOTA_RETRY_AFTER = 10  # s: Retry-After of a quota that waits for tasks to end, not for time
 
 
 class ApiError(Exception):
@@ -63,6 +65,18 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(UnknownTaskType)
     def unknown_type(e: UnknownTaskType):
         return error_response(400, "unknown_task_type", str(e))
+
+    @app.errorhandler(BadArgs)
+    def bad_args(e: BadArgs):
+        return error_response(400, "invalid_args", str(e))
+
+    @app.errorhandler(QuotaExceeded)
+    def over_quota(e: QuotaExceeded):
+        wait = math.ceil(e.retry_after) if e.retry_after is not None else QUOTA_RETRY_AFTER
+        why = {"rate": "too many submits", "max_unfinished": "too many unfinished tasks",
+               "max_unfinished_bytes": "too many bytes of args in unfinished tasks"}.get(e.limit, e.limit)
+        return error_response(429, "quota_exceeded", f"quota exceeded in queue {e.queue}: {why}; retry later",
+                              {"Retry-After": str(max(1, wait))})
 
     @app.errorhandler(redis.ConnectionError)
     @app.errorhandler(redis.TimeoutError)

@@ -20,6 +20,20 @@ class Status:
     alerts: list[str] = field(default_factory=list)  # overdue, escalated, paused queue
 
 
+# Bidirectional controls: embeddings and overrides (U+202A-U+202E), isolates (U+2066-U+2069) and
+# the LRM/RLM/ALM marks. One U+202E in a task's reason reverses the rest of the line it is shown
+# in (a timeline, a feed), so text can pose as something else. Stripped where text is shown (the
+# pages' every {{ value }}, and app.js), never in stored data or the JSON API.
+BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+_NO_BIDI = dict.fromkeys(map(ord, BIDI_CONTROLS))
+
+
+def without_bidi(value):
+    """``value`` without bidi control characters (a str or Markup; anything else as is): the
+    templates' finalize, so no page shows one whatever the source of the text."""
+    return value.translate(_NO_BIDI) if isinstance(value, str) else value
+
+
 def ordinal(n: int) -> str:
     """1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, ..."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")

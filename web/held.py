@@ -19,6 +19,8 @@ import threading
 
 from flask import current_app, request
 
+DEFAULTS = {"GHOSTLESS_STREAMS_PER_USER": 8, "GHOSTLESS_LONGPOLLS_PER_USER": 8, "GHOSTLESS_HELD_MAX": 200,
+            "GHOSTLESS_BUSY_RETRY_MS": 10000}
 STREAM, LONGPOLL = "stream", "longpoll"
 KINDS = {STREAM: "GHOSTLESS_STREAMS_PER_USER", LONGPOLL: "GHOSTLESS_LONGPOLLS_PER_USER"}
 CLIENT_CHECK = 0.5  # s: a held request looks this often whether its client has gone away

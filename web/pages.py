@@ -25,7 +25,7 @@ from . import dashboard as dash
 from .auth import current_user
 from .deps import get_engine
 from .errors import ApiError
-from .friendly import clock, describe, duration, iso, ordinal, stage_label
+from .friendly import clock, describe, duration, iso, ordinal, stage_label, without_bidi
 
 bp = Blueprint("pages", __name__)
 
@@ -62,7 +62,9 @@ def _error_page(e: ApiError):
 
 @bp.record_once
 def _template_helpers(state):
-    """Globals (not a context processor) so that imported macros see them too."""
+    """Globals (not a context processor) so that imported macros see them too; every value a
+    template prints passes ``without_bidi`` (set before any template is compiled)."""
+    state.app.jinja_env.finalize = without_bidi
     state.app.jinja_env.globals.update(
         iso=iso, clock=clock, duration=duration, ordinal=ordinal, stage_label=stage_label,
         state_class=dash.state_class, event_text=dash.event_text, csrf_token=_csrf)

@@ -46,8 +46,11 @@ def serve(engine, app_spec: str | None, host: str, port: int, workers: int, thre
     """Run the web app until interrupted. ``engine`` is the already loaded app (the dev
     server serves it; gunicorn workers load ``app_spec`` again, each in its own process).
 
-    Raises RuntimeError when ``server="gevent"`` cannot run (no gunicorn or gevent, no app_spec).
+    Raises RuntimeError when ``server="gevent"`` cannot run (no gunicorn or gevent, no app_spec),
+    or when several processes would start without a shared secret key.
     """
+    if server == "gevent" or gunicorn_available():
+        require_shared_secret(workers)
     if server == "gevent":
         _gevent(app_spec, host, port, workers, connections)
         return
@@ -66,6 +69,14 @@ def serve(engine, app_spec: str | None, host: str, port: int, workers: int, thre
     if not any(isinstance(f, RedactLoginCodes) for f in werkzeug_log.filters):
         werkzeug_log.addFilter(RedactLoginCodes())
     create_app({"GHOSTLESS_ENGINE": engine}).run(host=host, port=port, threaded=True)
+
+
+def require_shared_secret(workers: int) -> None:
+    """Several processes need one session key: each would otherwise make its own random key
+    and refuse the cookies the others signed (a login that works every other request)."""
+    if workers > 1 and not os.environ.get("GHOSTLESS_SECRET_KEY"):
+        raise RuntimeError(f"--workers {workers} needs GHOSTLESS_SECRET_KEY (the same in every process, e.g. "
+                           "from `openssl rand -hex 32`) so that a login works in all of them; or use --workers 1")
 
 
 def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:

@@ -85,10 +85,23 @@ local function close_stage(K, t, now)
   end
 end
 
+-- Counts the task in (delta 1) or out (delta -1) of its owner's unfinished tasks and their args
+-- bytes in the queue's owners hash, which submit quotas read (lib/quota). A field that reaches 0
+-- goes, so the hash holds only owners with unfinished tasks; one that would go below 0 (a task
+-- submitted before the counts existed ended) goes too, so the counts are right again once the
+-- owner has no unfinished task left.
+local function count_unfinished(K, t, delta)
+  local bytes = t.args_bytes or redis.call('STRLEN', K.args)
+  if redis.call('HINCRBY', K.owners, 'n:' .. t.owner, delta) <= 0 then redis.call('HDEL', K.owners, 'n:' .. t.owner) end
+  if redis.call('HINCRBY', K.owners, 'b:' .. t.owner, delta * bytes) <= 0 then
+    redis.call('HDEL', K.owners, 'b:' .. t.owner)
+  end
+end
+
 -- The one way a task changes state. Checks nothing: callers validate first. `passing`: the
 -- task goes on to another state in the same script (expire's PROCESSING -> TIMEOUT ->
 -- RETRY_WAITING), so a terminal state's effects (due-time watch, waiting children,
--- webhooks) do not happen.
+-- webhooks, leaving its owner's unfinished count) do not happen.
 -- `score`: deadline in the target state's set (ignored for terminal states).
 local function change(K, t, verb, to, now, score, fields, ev, passing)
   local from = t.status
@@ -101,6 +114,11 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   redis.call('HINCRBY', K.counts, to, 1)
   redis.call('HINCRBY', K.stats, 'entered:' .. to, 1)
   place(K, t, from, to, score, now, passing)
+  -- Unfinished until a terminal state that is not passed through; again so after a manual retry.
+  local was_open = from ~= nil and (not TERMINAL[from] or t.passing == true)
+  local is_open = not TERMINAL[to] or passing == true
+  if was_open ~= is_open then count_unfinished(K, t, is_open and 1 or -1) end
+  t.passing = passing
   fields.status = to
   fields.state_since = now
   fields.updated_at = now
@@ -151,7 +169,7 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
   redis.call('ZADD', owner_index, now, f.id)
   local first = watch_time(f)
   if first then redis.call('ZADD', K.watch, first, f.id) end
-  t.id, t.owner, t.type, t.waiting_on = f.id, f.owner, f.type, f.waiting_on
+  t.id, t.owner, t.type, t.waiting_on, t.args_bytes = f.id, f.owner, f.type, f.waiting_on, #args_json
   if not due then
     due = now + delay_ms
     if delay_ms == 0 then due = now + CFG.dispatch_grace_ms end

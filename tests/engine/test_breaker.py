@@ -9,7 +9,7 @@ def register(engine, policy="park", upstream="image-model"):
     breaker = Breaker(threshold=0.5, min_calls=4, window=60, cooldown=0.2, policy=policy)
     for name in ("paint", "sketch"):  # two types, one upstream: one breaker
         engine.task(name=name, queue="images", lease=30, max_attempts=5, backoff=[0.01], breaker=breaker,
-                    upstream=upstream)(lambda ctx: None)
+                    upstream=upstream)(lambda ctx, **kw: None)
     return engine
 
 

@@ -78,7 +78,7 @@ def test_delivery_of_a_dispatch_that_is_no_longer_current_is_a_wrong_dispatch(en
 def test_claim_by_an_engine_that_does_not_run_the_type_is_unknown_type(engine):
     task = engine.submit("render", {"prompt": "a cat"}, owner="alice")
     other = sibling(engine, types=False)
-    other.task(name="brief", queue="other")(lambda ctx: None)
+    other.task(name="brief", queue="other")(lambda ctx, **kw: None)
     before = snapshot(engine, task.id)
     with pytest.raises(UnknownTaskType) as err:
         other.claim(task.id, "w1")

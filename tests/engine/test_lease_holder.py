@@ -47,7 +47,7 @@ def test_heartbeat_reports_the_time_until_the_earliest_deadline_not_the_lease(en
 # -- stage ----------------------------------------------------------------------------------------
 
 def test_entering_a_stage_records_it_and_its_deadline_joins_the_lease_deadline(engine):
-    engine.task(name="staged", queue="images", lease=30, stages={"fast": 0.5, "open": 0})(lambda ctx: None)
+    engine.task(name="staged", queue="images", lease=30, stages={"fast": 0.5, "open": 0})(lambda ctx, **kw: None)
     task, lease = claimed(engine, "staged")
     engine.stage(lease, "fast")
     got, h = engine.get(task.id), raw_task(engine, task.id)

@@ -16,6 +16,8 @@ LUA_FILES = sorted(p.stem for p in LUA_DIR.glob("*.lua"))
 NOT_TRANSITIONS = {"purge", "overdue", "due", "read"}  # they act on (or read) tasks but move none along the state machine
 # What lua/lib/lease.lua's check_lease may return: REPLAYED only to ending verbs (complete, fail, release).
 LIB_CHECK_LEASE = set(re.findall(r"\bC\.([A-Z_]+)", (LUA_DIR / "lib" / "lease.lua").read_text())) - {"REPLAYED"}
+# What lua/lib/quota.lua's quota_check may return.
+LIB_QUOTA_CHECK = set(re.findall(r"\bC\.([A-Z_]+)", (LUA_DIR / "lib" / "quota.lua").read_text()))
 
 
 def split(name: str) -> tuple[dict[str, str], str]:
@@ -53,6 +55,8 @@ def body_codes(body: str) -> set[str]:
     codes = set(re.findall(r"\bC\.([A-Z_]+)", body))
     for ending in re.findall(r"check_lease\(.*,\s*(true|false)\)", body):
         codes |= LIB_CHECK_LEASE | ({"REPLAYED"} if ending == "true" else set())
+    if re.search(r"\bquota_check\(", body):
+        codes |= LIB_QUOTA_CHECK
     return codes
 
 

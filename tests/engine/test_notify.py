@@ -2,13 +2,14 @@
 import hashlib
 import hmac
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from engine import State
-from engine.notify import TYPE, hand_off
+from engine import State, UnknownTaskType
+from engine.notify import REFUSED, TYPE, hand_off
 from engine.runner import execute
 
 SECRET = "s3cret-for-tests-0123456789"
@@ -16,7 +17,7 @@ SECRET = "s3cret-for-tests-0123456789"
 
 @pytest.fixture
 def notifying(engine):
-    engine.enable_notifications(SECRET, backoff=[0.01])
+    engine.enable_notifications(SECRET, backoff=[0.01], allow_hosts=["127.0.0.1"])
     return engine
 
 
@@ -30,6 +31,8 @@ def receiver():
             body = self.rfile.read(int(self.headers["Content-Length"]))
             got.append((dict(self.headers), body))
             self.send_response(answer["status"])
+            if "location" in answer:
+                self.send_header("Location", answer["location"])
             self.end_headers()
 
         def log_message(self, *args):
@@ -136,7 +139,7 @@ def test_a_receiver_answering_410_stops_the_deliveries(notifying, receiver):
                                                                                           "webhook_gone")
 
 
-@pytest.mark.parametrize("url", ["ftp://x/y", "not a url", "http://", 42])
+@pytest.mark.parametrize("url", ["ftp://x/y", "file:///etc/passwd", "gopher://127.0.0.1:6379/_x", "not a url", "http://", 42])
 def test_bad_webhook_urls_are_value_errors(notifying, url):
     with pytest.raises(ValueError):
         notifying.submit("render", {}, owner="alice", notify_url=url)
@@ -145,3 +148,99 @@ def test_bad_webhook_urls_are_value_errors(notifying, url):
 def test_webhooks_need_notifications_enabled(engine):
     with pytest.raises(ValueError, match="enable_notifications"):
         engine.submit("render", {}, owner="alice", notify_url="https://example.invalid/h")
+
+
+# -- internal types and where deliveries may go ------------------------------------------------------
+
+def test_the_delivery_type_cannot_be_submitted_by_an_ordinary_submit(notifying, receiver):
+    url, got, _ = receiver
+    with pytest.raises(UnknownTaskType):
+        notifying.submit(TYPE, {"url": url, "event": {"event": "terminal"}}, owner="mallory")
+    assert notifying.list_tasks("mallory")[0] == []
+
+
+def test_a_type_the_app_marks_internal_is_submitted_only_by_engine_code(engine):
+    engine.task(name="housekeeping", queue="images", internal=True)(lambda ctx: None)
+    with pytest.raises(UnknownTaskType):
+        engine.submit("housekeeping", {}, owner="mallory")
+    assert engine.submit("housekeeping", {}, owner="engine", internal=True).type == "housekeeping"
+
+
+def test_a_delivery_task_cannot_be_edited_into_another_destination(notifying):
+    task = notifying.submit("render", {}, owner="alice", notify_url="https://example.invalid/hook")
+    finish(notifying, task.id)
+    notifying.sweep()
+    [delivery] = notifying.notifications(task.id)
+    with pytest.raises(UnknownTaskType):
+        notifying.edit(delivery.id, {"url": "http://127.0.0.1:1/", "event": {"event": "terminal"}}, by="alice")
+    assert notifying.get(delivery.id).status == State.PENDING
+
+
+def deliver_to(engine, url: str):
+    """Run one delivery of a made-up event to ``url`` (as the sweeper's hand-off would make it)."""
+    task = engine.submit(TYPE, {"url": url, "event": {"event": "terminal", "task": "x"}}, owner="alice",
+                         internal=True)
+    execute(engine, engine.claim(task.id, "w1"))
+    return engine.get(task.id)
+
+
+@pytest.fixture
+def guarded(engine):
+    """Notifications with the default destinations: public addresses only."""
+    engine.enable_notifications(SECRET, backoff=[0.01])
+    return engine
+
+
+@pytest.fixture
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_loopback_private_link_local_and_other_schemes_are_refused_alike(guarded, receiver, closed_port):
+    url, got, _ = receiver
+    refused = [deliver_to(guarded, u) for u in (
+        url, f"http://127.0.0.1:{closed_port}/hook", "file:///etc/passwd", "ftp://127.0.0.1/x", "http://10.1.2.3/h",
+        "http://169.254.169.254/latest/meta-data", "http://[::1]:8080/", "http://[::ffff:127.0.0.1]/",
+        "http://0.0.0.0/", "http://224.0.0.1/", "https://localhost/", "http://127.0.0.1:99999/")]
+    assert got == []  # nothing was sent
+    assert {(t.status, t.error_kind, t.reason) for t in refused} == {(State.FAILED, "webhook_refused", REFUSED)}
+
+
+def test_an_allowlisted_host_is_delivered_to(notifying, receiver):
+    url, got, _ = receiver
+    assert deliver_to(notifying, url).status == State.SUCCESS and len(got) == 1
+
+
+def test_a_redirect_is_not_followed(notifying, receiver):
+    url, got, answer = receiver
+    answer.update(status=302, location="http://169.254.169.254/latest/meta-data")
+    task = deliver_to(notifying, url)
+    assert (task.status, task.reason) == (State.RETRY_WAITING, "receiver answered 302 (redirects are not followed)")
+    assert len(got) == 1
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(notifying, receiver, monkeypatch):
+    """A DNS answer that changes after the check (rebinding) cannot move the connection."""
+    url, got, _ = receiver
+    real, answers = socket.getaddrinfo, []
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "hook.rebind.test":
+            return real(host, port, *args, **kwargs)
+        answers.append(host)
+        address = "127.0.0.1" if len(answers) == 1 else "10.255.255.1"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    task = deliver_to(notifying, url.replace("127.0.0.1", "hook.rebind.test"))
+    assert task.status == State.SUCCESS and len(got) == 1 and answers == ["hook.rebind.test"]
+    assert got[0][0]["Host"].startswith("hook.rebind.test:")
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.invalid/x", "javascript:alert(1)"])
+def test_an_owners_default_webhook_must_be_http_or_https(notifying, url):
+    with pytest.raises(ValueError, match="http"):
+        notifying.set_webhook("alice", url)
+    assert notifying.submit("render", {}, owner="alice").notify_url == ""

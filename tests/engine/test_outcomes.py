@@ -91,7 +91,7 @@ def test_failed_attempts_wait_the_fixed_backoff_then_the_last_one_fails_the_task
 
 def test_exponential_backoff_multiplies_each_delay_by_the_factor_up_to_the_cap(engine):
     engine.task(name="expo", queue="images", max_attempts=5,
-                backoff=Backoff.exponential(base=0.01, factor=1.5, cap=0.03, jitter=0))(lambda ctx: None)
+                backoff=Backoff.exponential(base=0.01, factor=1.5, cap=0.03, jitter=0))(lambda ctx, **kw: None)
     task, lease = claimed(engine, "expo")
     delays = []
     for attempt in range(1, 5):
@@ -108,7 +108,7 @@ def test_exponential_backoff_multiplies_each_delay_by_the_factor_up_to_the_cap(e
     (Backoff.fixed([0.2], jitter=0.5), 150),  # 200 * (1 - 0.5 * 0.5)
 ])
 def test_jitter_takes_up_to_its_fraction_off_the_delay(engine, monkeypatch, backoff, expected_ms):
-    engine.task(name="jittery", queue="images", backoff=backoff)(lambda ctx: None)
+    engine.task(name="jittery", queue="images", backoff=backoff)(lambda ctx, **kw: None)
     task, lease = claimed(engine, "jittery")
     monkeypatch.setattr(random, "random", lambda: 0.5)
     engine.fail(lease, "boom")

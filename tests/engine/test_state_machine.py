@@ -1,7 +1,7 @@
 """Stateful property test: random interleavings of every verb, checked against a reference model.
 
 A Hypothesis ``RuleBasedStateMachine`` drives one Engine with submit (with and without
-idempotency keys, replays and conflicts), claim (direct, by a job's delivery, or resent),
+idempotency keys, replays and conflicts, and under a quota with room for one more task or none), claim (direct, by a job's delivery, or resent),
 heartbeat, stage, progress, checkpoint, complete, fail, release, cancel, edit, retry, dispatch,
 sweep and time passing, on short leases so that expiry and retry promotion really happen. Each
 example runs with no executor (tasks wait in PENDING) or with an in-memory one (the engine
@@ -20,7 +20,8 @@ reason its deadlines call for (heartbeat_lost, stage_timeout:<stage>, attempt_ti
 heartbeat retried at once; RETRY_WAITING -> PENDING, never before its backoff.
 
 After every step: engine.check() is clean; every task's state, attempt, token, owner and links
-agree with the model; the counters in engine.stats() equal the model's counts; each history is a
+agree with the model; the counters in engine.stats() equal the model's counts, and each queue's owner
+counts (unfinished tasks and their args bytes, which quotas read) the model's; each history is a
 chain of legal transitions ending in the task's state; a terminal task is frozen (until a manual
 retry of FAILED / TIMEOUT; SUCCESS and CANCELLED never change).
 
@@ -43,8 +44,8 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from engine import (
-    TRANSITIONS, Backoff, Config, Engine, IdempotencyConflict, IllegalTransition, Lease, LeaseLost, State,
-    TaskCancelled, TaskNotFound, WrongDispatch,
+    TRANSITIONS, Backoff, Config, Engine, IdempotencyConflict, IllegalTransition, Lease, LeaseLost, Quota, QuotaExceeded,
+    State, TaskCancelled, TaskNotFound, WrongDispatch,
 )
 from engine.keys import new_task_id
 from tests.support.fakes import FakeDispatcher
@@ -80,6 +81,10 @@ def ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
+def args_size(args: dict) -> int:
+    return len(json.dumps(args, sort_keys=True, separators=(",", ":")).encode())
+
+
 def min_backoff_ms(type_: str, attempt: int) -> int:
     """The shortest retry delay the type's backoff allows after failed attempt ``attempt``."""
     b = TYPES[type_]["backoff"]
@@ -113,6 +118,7 @@ class Model:
     stale_calls: int = 0  # refused calls with a stale lease: each leaves a "stale" history entry
     seen: int = 0  # history entries checked so far
     last: tuple = ("", "", 0)  # (to, verb, at) of the last transition in its history
+    args_bytes: int = 0  # its args' JSON size: counted against its owner while it is unfinished
 
     @property
     def queue(self) -> str:
@@ -230,7 +236,7 @@ class TaskMachine(RuleBasedStateMachine):
         assert task.id not in self.model, "a new task reused an existing id"
         assert (task.status, task.attempt, task.token, task.supersedes) == (self.waiting, 0, 0, supersedes)
         m = self.model[task.id] = Model(id=task.id, type=task.type, owner=task.owner, priority=task.priority,
-                                        supersedes=supersedes, status=self.waiting)
+                                        supersedes=supersedes, status=self.waiting, args_bytes=args_size(task.args))
         self.ids.append(task.id)
         if self.dispatcher:
             self._dispatched(m)
@@ -300,6 +306,31 @@ class TaskMachine(RuleBasedStateMachine):
             err = self._refused(known[0], IdempotencyConflict, call)
             assert err.task_id == known[0]
 
+    @rule(type_=st.sampled_from(sorted(TYPES)), owner=OWNERS, headroom=st.integers(0, 1),
+          bytes_limit=st.booleans())
+    def submit_under_quota(self, type_, owner, headroom, bytes_limit):
+        """Submit with a quota that leaves room for one more task (headroom 1) or none (0): of
+        unfinished tasks, or of their args bytes. A refusal writes nothing."""
+        type(self).steps += 1
+        args = {"n": 0}
+        mine = [m for m in self.model.values()
+                if m.queue == TYPES[type_]["queue"] and m.owner == owner and not m.status.terminal]
+        if bytes_limit:
+            quota = Quota(max_unfinished_bytes=sum(m.args_bytes for m in mine) + args_size(args) - 1 + headroom)
+        elif len(mine) + headroom == 0:
+            return  # a limit of 0 tasks is no valid quota
+        else:
+            quota = Quota(max_unfinished=len(mine) + headroom)
+        call = lambda: self.engine.submit(type_, args, owner=owner, quota=quota)  # noqa: E731
+        if headroom:
+            self._new_task(call())
+        else:
+            before = self.engine.stats()
+            with pytest.raises(QuotaExceeded) as refused:
+                call()
+            assert refused.value.limit == ("max_unfinished_bytes" if bytes_limit else "max_unfinished")
+            assert self.engine.stats() == before
+
     @rule(index=INDEX, by=OWNERS, admin=st.booleans())
     def cancel(self, index, by, admin):
         type(self).steps += 1
@@ -321,14 +352,15 @@ class TaskMachine(RuleBasedStateMachine):
         type(self).steps += 1
         task_id = self._task(index)
         m = self.model.get(task_id)
-        call = lambda: self.engine.edit(task_id, {"n": n}, by=by, admin=admin)  # noqa: E731
+        args = {"n": n, "pad": "x" * (5 * n)}  # of another size than the submit's: the bytes counts follow
+        call = lambda: self.engine.edit(task_id, args, by=by, admin=admin)  # noqa: E731
         if not self._visible(m, by, admin):
             self._refused(task_id, TaskNotFound, call)
         elif m.status.terminal:
             assert self._refused(task_id, IllegalTransition, call).state == m.status.value
         else:
             new = call()
-            assert (new.owner, new.type, new.args, new.priority) == (m.owner, m.type, {"n": n}, m.priority)
+            assert (new.owner, new.type, new.args, new.priority) == (m.owner, m.type, args, m.priority)
             self._move(m, C)
             m.superseded_by = new.id
             self._new_task(new, supersedes=task_id)
@@ -708,7 +740,19 @@ class TaskMachine(RuleBasedStateMachine):
         stats = self.engine.stats()
         for q in QUEUES:
             assert stats[q]["counts"] == counts[q], q
+        self._check_owner_counts(models)
         self._check_histories_and_dispatches(models)
+
+    def _check_owner_counts(self, models: list[Model]) -> None:
+        """Each queue's owners hash holds, per owner, the unfinished tasks and their args bytes."""
+        for q in QUEUES:
+            expected: dict[str, int] = {}
+            for m in models:
+                if m.queue == q and not m.status.terminal:
+                    expected[f"n:{m.owner}"] = expected.get(f"n:{m.owner}", 0) + 1
+                    expected[f"b:{m.owner}"] = expected.get(f"b:{m.owner}", 0) + m.args_bytes
+            got = {k.decode(): int(v) for k, v in self.redis.hgetall(self.engine.keys.queue_key(q, "owners")).items()}
+            assert got == expected, q
 
     def _check_histories_and_dispatches(self, models: list[Model]) -> None:
         """Each task's history is a chain of legal transitions ending in its state, in time order,

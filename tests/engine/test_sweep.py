@@ -22,7 +22,7 @@ def call(engine, script, task_id, *argv):
 
 def register_staged(engine):
     engine.task(name="staged", queue="images", lease=30, max_attempts=2, backoff=[0.05],
-                stages={"fast": 0.05, "open": 0})(lambda ctx: None)
+                stages={"fast": 0.05, "open": 0})(lambda ctx, **kw: None)
 
 
 # -- expire ---------------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def test_retry_waiting_task_whose_time_has_come_is_promoted_to_pending_due_now(e
 
 
 def test_promote_before_the_retry_time_is_not_due_and_changes_nothing(engine):
-    engine.task(name="patient", queue="images", backoff=[60])(lambda ctx: None)
+    engine.task(name="patient", queue="images", backoff=[60])(lambda ctx, **kw: None)
     task, lease = claimed(engine, "patient")
     engine.fail(lease, "boom")
     before = snapshot(engine, task.id)

@@ -117,11 +117,60 @@ def test_a_same_origin_login_is_accepted(client, tokens):
     assert login(client, tokens["alice"], Origin="http://localhost").status_code == 200
 
 
-def test_logout_ends_the_session(browser):
+def test_logout_with_the_csrf_token_ends_the_session(browser):
     assert browser.get("/api/me").status_code == 200
-    r = browser.get("/logout")
+    r = browser.post("/logout", data={"csrf_token": browser.csrf})
     assert (r.status_code, r.headers["Location"]) == (303, "/login")
     assert browser.get("/api/me").status_code == 401
+
+
+def test_a_json_logout_sends_the_csrf_token_in_the_header(browser):
+    r = browser.post("/logout", headers={"X-CSRF-Token": browser.csrf, "Accept": "application/json"})
+    assert r.get_json() == {"ok": True}
+    assert browser.get("/api/me").status_code == 401
+
+
+def test_a_get_of_logout_shows_a_logout_button_and_never_logs_out(browser):
+    r = browser.get("/logout")  # what <img src=/logout> on a same-site page sends
+    page = r.get_data(as_text=True)
+    assert r.status_code == 200 and 'method="post" action="/logout"' in page
+    assert f'name="csrf_token" value="{browser.csrf}"' in page
+    assert browser.get("/api/me").status_code == 200
+
+
+@pytest.mark.parametrize("sent", [{}, {"csrf_token": "wrong"}])
+def test_a_logout_without_the_sessions_csrf_token_is_refused(browser, sent):
+    r = browser.post("/logout", data=sent, headers={"Accept": "application/json"})
+    assert (r.status_code, code(r)) == (403, "csrf_failed")
+    page = browser.post("/logout", data=sent, headers={"Accept": "text/html"})
+    assert page.status_code == 403 and "use the button" in page.get_data(as_text=True)
+    assert browser.get("/api/me").status_code == 200
+
+
+def test_a_logout_without_a_session_just_goes_to_the_login_page(client):
+    assert client.get("/logout").headers["Location"] == "/login"
+    assert client.post("/logout").headers["Location"] == "/login"
+
+
+def test_every_page_logs_out_with_a_post_form_and_nothing_links_to_logout(browser):
+    from tests.support.procs import ROOT
+
+    page = browser.get("/").get_data(as_text=True)
+    assert 'href="/logout"' not in page
+    form = page[page.index('<form class="logout"'):]
+    assert form.startswith('<form class="logout" method="post" action="/logout">')
+    assert f'name="csrf_token" value="{browser.csrf}"' in form[:form.index("</form>")]
+    for path in [*(ROOT / "web" / "templates").iterdir(), *(ROOT / "web" / "static").iterdir()]:
+        text = path.read_text()
+        assert "href=\"{{ url_for('auth.logout') }}\"" not in text and "'/logout'" not in text, path
+
+
+def test_an_older_session_stays_valid_after_a_new_login_and_revoking_ends_both(app, browser, tokens, engine):
+    laptop = app.test_client()
+    assert login(laptop, tokens["alice"]).status_code == 200  # a second browser of the same user
+    assert browser.get("/api/me").status_code == 200 and laptop.get("/api/me").status_code == 200
+    engine.users.revoke("alice")
+    assert browser.get("/api/me").status_code == 401 and laptop.get("/api/me").status_code == 401
 
 
 def test_revoking_the_user_ends_their_sessions(browser, engine):
@@ -199,17 +248,65 @@ def test_the_secret_key_comes_from_the_environment(engine, monkeypatch):
     assert create_app({**config, "GHOSTLESS_ENGINE": engine}).secret_key == "from-env"
 
 
-def test_a_one_time_login_link_opens_a_session_once(engine):
-    from web import create_app
+# -- one-time login links --------------------------------------------------------------------------
+def confirm(client, code, **headers):
+    """Open the link's page and press its button: the POST with the page's form token."""
+    page = client.get(f"/login/{code}").get_data(as_text=True)
+    form_token = page.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+    return client.post(f"/login/{code}", data={"csrf_token": form_token}, headers=headers)
 
+
+def test_a_one_time_login_link_opens_a_session_once(app, engine):
     engine.users.add("dora")
     code = engine.users.login_code("dora", ttl=60)
-    client = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "k" * 32, "TESTING": True}).test_client()
-    first = client.get(f"/login/{code}")
-    assert first.status_code == 303 and client.get("/api/me").get_json()["user"] == "dora"
-    other = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "k" * 32, "TESTING": True}).test_client()
+    client = app.test_client()
+    first = confirm(client, code, Origin="http://localhost")
+    assert (first.status_code, first.headers["Location"]) == (303, "/")
+    assert client.get("/api/me").get_json()["user"] == "dora"
+    other = app.test_client()
     assert other.get(f"/login/{code}").status_code == 401  # used up
     assert other.get("/login/not-a-real-code-123").status_code == 401
+
+
+def test_a_login_link_opens_a_confirmation_page_and_a_get_uses_nothing(app, browser, engine):
+    engine.users.add("mallory")
+    code = engine.users.login_code("mallory", ttl=60)
+    for _ in range(2):  # a prefetch, a crawler, a page of another site linking here
+        r = browser.get(f"/login/{code}")
+        page = r.get_data(as_text=True)
+        assert r.status_code == 200 and "Log in as mallory?" in page
+        assert f'method="post" action="/login/{code}"' in page and "You are logged in as alice" in page
+        assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
+    assert browser.get("/api/me").get_json()["user"] == "alice"  # the session is not replaced
+    assert engine.users.login_code_user(code).name == "mallory"  # and the code is not used
+
+
+@pytest.mark.parametrize("header", [{"Origin": "https://evil.example"}, {"Referer": "https://evil.example/x"},
+                                    {"Origin": "null"}])
+def test_a_cross_origin_redeem_of_a_login_link_is_refused(browser, engine, header):
+    engine.users.add("mallory")
+    code = engine.users.login_code("mallory", ttl=60)
+    r = confirm(browser, code, **header)
+    assert r.status_code == 403 and "another site" in r.get_data(as_text=True)
+    assert browser.get("/api/me").get_json()["user"] == "alice"
+    assert engine.users.login_code_user(code) is not None
+
+
+@pytest.mark.parametrize("form", [{}, {"csrf_token": "guessed"}])
+def test_a_redeem_without_the_confirmation_pages_form_token_is_refused(app, engine, form):
+    engine.users.add("mallory")
+    code = engine.users.login_code("mallory", ttl=60)
+    victim = app.test_client()
+    victim.get(f"/login/{code}")  # even with a form token of its own in its session
+    r = victim.post(f"/login/{code}", data=form)  # a form on another site sends no Origin in old browsers
+    assert r.status_code == 403 and "open the link again" in r.get_data(as_text=True)
+    assert victim.get("/api/me").status_code == 401 and engine.users.login_code_user(code) is not None
+
+
+def test_a_redeem_answers_json_to_a_json_client(app, engine):
+    engine.users.add("dora")
+    r = confirm(app.test_client(), engine.users.login_code("dora", ttl=60), Accept="application/json")
+    assert r.get_json()["user"] == "dora" and r.get_json()["csrf_token"]
 
 
 def test_tokens_issued_at_once_are_all_revoked_with_their_user(engine):
@@ -252,7 +349,8 @@ def test_after_logout_a_copy_of_the_session_cookie_no_longer_works(app, tokens):
     copy = app.test_client()
     copy.set_cookie("ghostless_session", browser.get_cookie("ghostless_session").value)
     assert copy.get("/api/me").status_code == 200
-    assert browser.get("/logout", headers={"Accept": "application/json"}).get_json() == {"ok": True}
+    r = browser.post("/logout", headers={"Accept": "application/json", "X-CSRF-Token": csrf})
+    assert r.get_json() == {"ok": True}
     assert copy.get("/api/me").status_code == 401
     assert copy.post("/api/admin/queues/images/drain", headers={"X-CSRF-Token": csrf}).status_code == 401
 
@@ -260,7 +358,7 @@ def test_after_logout_a_copy_of_the_session_cookie_no_longer_works(app, tokens):
 @pytest.mark.parametrize("how", ["revoke", "logout"])
 def test_an_open_event_stream_ends_once_its_credential_is_gone(app, engine, tokens, how):
     browser = app.test_client()
-    browser.post("/login", json={"token": tokens["alice"]})
+    csrf = browser.post("/login", json={"token": tokens["alice"]}).get_json()["csrf_token"]
     feed = open_sse(browser, "/api/events")
     assert feed.next()["event"] == "ready"
     if how == "revoke":
@@ -268,7 +366,7 @@ def test_an_open_event_stream_ends_once_its_credential_is_gone(app, engine, toke
     else:
         other = app.test_client()  # the same session, logged out from another tab
         other.set_cookie("ghostless_session", browser.get_cookie("ghostless_session").value)
-        other.get("/logout")
+        other.post("/logout", headers={"X-CSRF-Token": csrf})
     feed.rest(timeout=5)  # ends: it would otherwise send keep-alives for ever
     assert feed.ended
 

@@ -146,3 +146,46 @@ def test_the_cancel_button_sends_the_csrf_token_and_the_page_follows(site, brows
     expect(page.locator("#panel .badge").first).to_have_text("CANCELLED")
     assert engine.get(task.id).status.value == "CANCELLED"
     assert engine.history(task.id)[-1].by == "alice"
+
+
+def test_live_text_loses_its_bidi_controls_and_the_log_out_button_logs_out(site, browser):
+    from playwright.sync_api import expect
+
+    base, engine, token = site
+    page = browser.new_page()
+    page.goto(base + "/login?next=/tasks")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    task = engine.submit("render", {"prompt": "a cat"}, owner="alice")
+    page.reload()  # the list now shows the task's row; its live cells are written by app.js
+    expect(page.locator("#live-dot")).to_have_text("live")
+    engine.cancel(task.id, by="alice", reason="gpj.\u202eexe.photo")
+    row = page.locator(f'tr[data-task="{task.id}"] .stage')
+    expect(row).to_have_text("gpj.exe.photo")  # the script's text, control stripped
+
+    dash = browser.new_page()
+    dash.goto(base + "/")
+    expect(dash.locator("#live-dot")).to_have_text("live")
+    other = engine.submit("render", {"prompt": "a dog"}, owner="alice")
+    engine.cancel(other.id, by="alice", reason="\u2067isolated\u2069 \u200fmarked")
+    expect(dash.locator("#feed li").first).to_contain_text("isolated marked")
+    assert not set("\u202e\u2067\u2069\u200f") & set(dash.locator("#feed").inner_text())
+
+    dash.click("header button:has-text('Log out')")  # a POST form with the CSRF token, no script needed
+    expect(dash.locator("h1")).to_have_text("Log in")
+    dash.goto(base + "/api/me")
+    assert '"unauthorized"' in dash.content()
+
+
+def test_a_one_time_login_link_asks_first_and_its_button_logs_in(site, browser):
+    from playwright.sync_api import expect
+
+    base, engine, _ = site
+    code = engine.users.login_code("alice", ttl=60)
+    page = browser.new_page()
+    page.goto(f"{base}/login/{code}")
+    expect(page.locator("h1")).to_have_text("Log in as alice?")
+    assert engine.users.login_code_user(code) is not None  # opening the page used nothing
+    page.click("button:has-text('Log in as alice')")  # the browser's own Origin passes the check
+    expect(page.locator("h1")).to_have_text("Dashboard")
+    assert engine.users.login_code_user(code) is None

@@ -150,3 +150,47 @@ def _get(url, headers=None):
         return e.code, json.loads(e.read())
     except OSError:
         return None, None
+
+
+@pytest.mark.parametrize("server", ["gthread", "gevent"])
+def test_several_web_processes_refuse_to_start_without_a_secret_key(cli, monkeypatch, server):
+    run, _ = cli
+    import web.serve
+
+    started = []
+    monkeypatch.delenv("GHOSTLESS_SECRET_KEY", raising=False)
+    monkeypatch.setattr(web.serve, "_gunicorn", lambda *args: started.append(args))
+    monkeypatch.setattr(web.serve, "_gevent", lambda *args: started.append(args))
+    result = run("web", "--app", APP, "--workers", "2", "--server", server)
+    assert result.exit_code == 2 and started == []
+    assert "--workers 2 needs GHOSTLESS_SECRET_KEY" in result.output and "Traceback" not in result.output
+    assert len([line for line in result.output.splitlines() if line.startswith("Error")]) == 1
+
+
+def test_one_web_process_or_a_shared_key_starts(cli, monkeypatch):
+    run, _ = cli
+    import web.serve
+
+    started = []
+    monkeypatch.setattr(web.serve, "_gunicorn", lambda *args: started.append(args))
+    monkeypatch.delenv("GHOSTLESS_SECRET_KEY", raising=False)
+    assert run("web", "--app", APP, "--workers", "1").exit_code == 0
+    monkeypatch.setenv("GHOSTLESS_SECRET_KEY", "shared")
+    assert run("web", "--app", APP, "--workers", "2").exit_code == 0
+    assert [args[2] for args in started] == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_real_multi_process_web_without_a_key_exits_at_once_with_one_line(redis_server):
+    env = {**os.environ, "GHOSTLESS_REDIS_URL": redis_server.url, "GHOSTLESS_TEST_NS": "t", "PYTHONPATH": str(ROOT)}
+    for name in ("GHOSTLESS_SECRET_KEY", "GHOSTLESS_TEST_FAKE"):
+        env.pop(name, None)
+    proc = Proc([sys.executable, "-m", "engine", "web", "--app", APP, "--port", str(free_port()),
+                 "--workers", "2", "--threads", "2"], env)
+    try:
+        wait_until(lambda: not proc.alive(), timeout=30, what="the web command to refuse and exit")
+        assert proc.popen.returncode == 2
+        output = proc.output()
+        assert "needs GHOSTLESS_SECRET_KEY" in output and "Traceback" not in output and "Booting" not in output
+    finally:
+        proc.stop()

@@ -215,3 +215,33 @@ def test_places_in_line_read_as_ordinals(n, words):
     from web.friendly import ordinal
 
     assert ordinal(n) == words
+
+
+# -- bidi control characters --------------------------------------------------------------------------
+def test_no_page_shows_a_bidi_control_character_from_a_tasks_text(client, engine, auth):
+    from web.friendly import BIDI_CONTROLS
+
+    reversing = "gpj.\u202eexe.photo" + BIDI_CONTROLS  # reads "photo.exe.jpg" reversed, and every other control
+    running = task_in(engine, State.PENDING)
+    lease = engine.claim(running.id, "w1")
+    engine.progress(lease, 0.5, reversing)
+    cancelled = task_in(engine, State.PENDING)
+    engine.cancel(cancelled.id, by="alice", reason=reversing)
+    for url in ("/", "/dashboard/live", "/tasks", f"/tasks/{running.id}", f"/tasks/{running.id}/panel",
+                f"/tasks/{cancelled.id}", f"/tasks/{cancelled.id}/panel"):
+        html = page(client, url, auth["alice"])
+        assert not set(BIDI_CONTROLS) & set(html), url
+    assert "gpj.exe.photo" in page(client, f"/tasks/{cancelled.id}", auth["alice"])  # the text itself stays
+    # Stored and answered as sent: only display strips them.
+    assert engine.get(cancelled.id).reason == reversing
+    assert client.get(f"/api/tasks/{cancelled.id}", headers=auth["alice"]).get_json()["task"]["reason"] == reversing
+
+
+def test_the_pages_script_strips_the_same_bidi_controls_as_the_templates():
+    from tests.support.procs import ROOT
+    from web.friendly import BIDI_CONTROLS
+
+    script = (ROOT / "web" / "static" / "app.js").read_text()
+    pattern = re.search(r"const BIDI = /(\[[^\]]+\])/g;", script).group(1)  # same syntax in Python's re
+    stripped = {chr(c) for c in range(0x10000) if re.fullmatch(pattern, chr(c))}
+    assert stripped == set(BIDI_CONTROLS)  # where it is used: tests/web/test_browser.py

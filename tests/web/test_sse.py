@@ -145,7 +145,7 @@ def test_a_stream_tells_the_browser_how_soon_to_reconnect(client, engine, auth):
     task = task_in(engine, State.PROCESSING)
     r = client.get(f"/api/tasks/{task.id}/events", headers=auth["alice"], buffered=False)
     assert next(iter(r.response)).decode() == "retry: 2000\n\n"
-    assert r.headers["Cache-Control"] == "no-cache" and r.headers["X-Accel-Buffering"] == "no"
+    assert r.headers["Cache-Control"] == "no-store" and r.headers["X-Accel-Buffering"] == "no"
     r.close()
 
 

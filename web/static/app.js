@@ -7,6 +7,10 @@
 
 const csrf = () => (document.querySelector('meta[name="csrf-token"]') || {}).content || '';
 
+// Text from events and errors without bidi controls (web/friendly.py BIDI_CONTROLS says why).
+const BIDI = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
+const plain = (text) => String(text).replace(BIDI, '');
+
 // -- times: the server writes UTC; show the reader's local time -----------------------------------
 function localize(root) {
   const today = new Date().toDateString();
@@ -63,7 +67,7 @@ function refresher(el, after) {
 function flash(text, bad) {
   const box = document.getElementById('flash');
   if (!box) return;
-  box.textContent = text;
+  box.textContent = plain(text);
   box.className = 'flash' + (bad ? ' bad' : '');
   box.hidden = false;
   clearTimeout(flash.timer);
@@ -130,7 +134,7 @@ function feedLine(ev) {
   a.href = '/tasks/' + encodeURIComponent(ev.task_id);
   a.textContent = ev.task_id;
   const span = document.createElement('span');
-  span.textContent = eventText(ev);
+  span.textContent = plain(eventText(ev));
   li.append(t, ' ', a, ' ', span);
   localize(li);
   return li;
@@ -162,10 +166,10 @@ function taskList() {
       const badge = row.querySelector('.status .badge');
       badge.textContent = ev.to;
       badge.className = 'badge st-' + ev.to.toLowerCase().replace('_', '-');
-      row.querySelector('.stage').textContent = ev.reason || '-';
+      row.querySelector('.stage').textContent = plain(ev.reason || '-');
     } else if (kind === 'progress' || kind === 'stage') {
-      row.querySelector('.stage').textContent = kind === 'stage' ? ev.stage
-        : `${Math.round((ev.progress || 0) * 100)}% ${ev.message || ''}`;
+      row.querySelector('.stage').textContent = plain(kind === 'stage' ? ev.stage
+        : `${Math.round((ev.progress || 0) * 100)}% ${ev.message || ''}`);
     }
   });
 }
