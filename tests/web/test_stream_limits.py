@@ -24,18 +24,27 @@ def held(app):
     return app.extensions["ghostless.held"]
 
 
+@pytest.mark.parametrize("how", ["revoke", "logout"])
 @pytest.mark.parametrize("path", ["/api/events", "/api/tasks/{id}/events"])
-def test_an_idle_stream_ends_within_the_credential_check_after_its_user_is_revoked(make_app, engine, auth, path):
+def test_an_idle_stream_ends_within_the_credential_check_after_a_revocation_or_logout(
+        make_app, engine, tokens, path, how):
     app = make_app(GHOSTLESS_SSE_KEEPALIVE=15.0)  # the default: before, the check waited for this tick
     task = task_in(engine, State.PROCESSING)
-    stream = open_sse(app.test_client(), path.format(id=task.id), headers=auth["alice"])
+    browser = app.test_client()
+    csrf = browser.post("/login", json={"token": tokens["alice"]}).get_json()["csrf_token"]
+    stream = open_sse(browser, path.format(id=task.id))
     assert stream.next()["event"] in ("ready", "snapshot")
     reader = threading.Thread(target=stream.rest, kwargs={"timeout": 30}, daemon=True)
     reader.start()
-    engine.users.revoke("alice")
-    revoked_at = time.monotonic()
+    if how == "revoke":
+        engine.users.revoke("alice")
+    else:  # the same session, logged out from another tab
+        other = app.test_client()
+        other.set_cookie("ghostless_session", browser.get_cookie("ghostless_session").value)
+        assert other.post("/logout", headers={"X-CSRF-Token": csrf, "Accept": "application/json"}).status_code == 200
+    gone_at = time.monotonic()
     wait_until(lambda: not reader.is_alive(), timeout=CREDENTIAL_CHECK + 1.0, what="the stream to end")
-    assert stream.ended and time.monotonic() - revoked_at < CREDENTIAL_CHECK + 1.0
+    assert stream.ended and time.monotonic() - gone_at < CREDENTIAL_CHECK + 1.0
 
 
 def test_a_stream_past_the_users_cap_tells_eventsource_to_retry_later_and_ends(make_app, engine, auth):
