@@ -83,10 +83,10 @@ def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:
     from gunicorn.app.base import BaseApplication
 
     from .accesslog import RedactingLogger
-    from .threadworker import HeadFirstThreadWorker, head_timeout
+    from .threadworker import HeadFirstThreadWorker, client_timeout
 
     try:
-        head_timeout()  # a bad GHOSTLESS_HEAD_TIMEOUT is refused here, not by each worker at boot
+        client_timeout()  # a bad GHOSTLESS_CLIENT_TIMEOUT is refused here, not by each worker at boot
     except ValueError as e:
         raise RuntimeError(str(e)) from None
 

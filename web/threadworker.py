@@ -7,11 +7,13 @@ half-sent heads (slowloris) hold all 2 × 32 threads for as long as their sender
 worker process, ``keepalive`` only idle kept-alive connections). This worker reads each head in
 its event loop instead, without blocking, and gives the connection to a thread only once the
 head is complete (an empty line), with the bytes read so far handed to gunicorn's parser. A head
-not complete within ``GHOSTLESS_HEAD_TIMEOUT`` seconds (default 10) is dropped, as is one larger
+not complete within ``GHOSTLESS_CLIENT_TIMEOUT`` seconds (default 10) is dropped, as is one larger
 than gunicorn's own limits allow. Kept-alive connections go the same way for their next request.
 
-It changes nothing once a head is in: a slowly sent request body still holds its thread (bodies
-are capped by MAX_CONTENT_LENGTH; put a proxy in front for body timeouts). Plain HTTP/1 only:
+Once a head is in, each read of the request body and each write of the response may stall for at
+most ``GHOSTLESS_CLIENT_TIMEOUT`` seconds (a socket timeout): a body trickled slower than that, or a
+client that stops reading, loses its connection. A body sent steadily but slowly (a byte every few
+seconds) still holds its thread up to its size (capped by MAX_CONTENT_LENGTH). Plain HTTP/1 only:
 with TLS or HTTP/2 configured it behaves as the stock gthread worker.
 """
 from __future__ import annotations
@@ -25,17 +27,19 @@ from functools import partial
 
 from gunicorn.workers.gthread import ThreadWorker
 
-HEAD_TIMEOUT = 10.0  # s a client has to send a complete request head (env GHOSTLESS_HEAD_TIMEOUT)
+# s a client has to send a complete request head, and may stall at most mid-body or mid-response
+# (env GHOSTLESS_CLIENT_TIMEOUT)
+CLIENT_TIMEOUT = 10.0
 
 
-def head_timeout() -> float:
-    raw = os.environ.get("GHOSTLESS_HEAD_TIMEOUT")
+def client_timeout() -> float:
+    raw = os.environ.get("GHOSTLESS_CLIENT_TIMEOUT")
     try:
-        value = float(raw) if raw else HEAD_TIMEOUT
+        value = float(raw) if raw else CLIENT_TIMEOUT
     except ValueError:
-        raise ValueError(f"GHOSTLESS_HEAD_TIMEOUT must be a number of seconds, got {raw!r}") from None
+        raise ValueError(f"GHOSTLESS_CLIENT_TIMEOUT must be a number of seconds, got {raw!r}") from None
     if not 0 < value < 3600:
-        raise ValueError("GHOSTLESS_HEAD_TIMEOUT must be within 0..3600 seconds")
+        raise ValueError("GHOSTLESS_CLIENT_TIMEOUT must be within 0..3600 seconds")
     return value
 
 
@@ -44,7 +48,7 @@ class HeadFirstThreadWorker(ThreadWorker):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.head_timeout = head_timeout()
+        self.client_timeout = client_timeout()
         self.head_conns: deque = deque()  # (deadline, conn) in deadline order
         limit = self.cfg.limit_request_line or 8190
         fields = self.cfg.limit_request_fields or 100
@@ -57,7 +61,7 @@ class HeadFirstThreadWorker(ThreadWorker):
             return
         conn.head = b""
         conn.sock.setblocking(False)
-        self.head_conns.append((time.monotonic() + self.head_timeout, conn))
+        self.head_conns.append((time.monotonic() + self.client_timeout, conn))
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_head_readable, conn))
 
     def _on_head_readable(self, conn, _sock):
@@ -88,12 +92,24 @@ class HeadFirstThreadWorker(ThreadWorker):
             conn.parser.unreader.unread(head)
         return super().handle(conn)
 
+    def handle_request(self, req, conn):
+        """The request, with every read of its body and write of its response bounded by the client
+        timeout: a client that stalls mid-body (its body then ends early: werkzeug answers 400) or
+        stops reading its response for that long loses the connection instead of holding the thread."""
+        if self.guarded:
+            conn.sock.settimeout(self.client_timeout)
+        try:
+            return super().handle_request(req, conn)
+        except TimeoutError:
+            self.log.debug("closing a connection stalled for %gs mid-request", self.client_timeout)
+            return False
+
     def murder_pending(self):
         super().murder_pending()
         now = time.monotonic()
         while self.head_conns and self.head_conns[0][0] <= now:
             _, conn = self.head_conns[0]
-            self.log.debug("closing a connection whose request head did not arrive within %gs", self.head_timeout)
+            self.log.debug("closing a connection whose request head did not arrive within %gs", self.client_timeout)
             self._drop(conn)
 
     def _forget(self, conn):

@@ -127,13 +127,24 @@ def test_slow_clients_without_a_login_do_not_stop_healthz_or_other_users(start_w
 
 
 @pytest.mark.parametrize("server, bound", [("gthread", 1.0), ("gevent", 2.0)])
-def test_a_half_sent_request_head_is_closed_after_the_head_timeout(start_web, server, bound):
+def test_a_half_sent_request_head_is_closed_after_the_client_timeout(start_web, server, bound):
     _, start = start_web
-    # gthread: GHOSTLESS_HEAD_TIMEOUT; gevent: gunicorn bounds a head read by keepalive (2 s)
-    _, port, _ = start(server, GHOSTLESS_HEAD_TIMEOUT=str(bound))
+    # gthread: GHOSTLESS_CLIENT_TIMEOUT; gevent: gunicorn bounds a head read by keepalive (2 s)
+    _, port, _ = start(server, GHOSTLESS_CLIENT_TIMEOUT=str(bound))
     with connect(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n") as slow:
         slow.settimeout(bound + 3)  # the server checks its deadlines about once a second
         assert slow.recv(100) == b""  # before (gthread), it waited for the rest for ever: a timeout here
+
+
+def test_a_request_body_that_stalls_is_refused_after_the_client_timeout(start_web):
+    engine, start = start_web
+    token = engine.users.add("alice")
+    _, port, _ = start("gthread", GHOSTLESS_CLIENT_TIMEOUT="1")
+    head = (f"POST /api/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+    with connect(port, head.encode() + b'{"type": "ren') as stalled:
+        stalled.settimeout(4)  # before, the thread waited for the other 87 bytes for ever
+        assert stalled.recv(100).startswith(b"HTTP/1.1 400")  # werkzeug: the body ended early
 
 
 @pytest.mark.parametrize("server", ["gthread", "gevent"])
