@@ -49,3 +49,11 @@ def noop(ctx, n=0):
 
 
 engine.task("noop", queue="tput", timeout=60, max_attempts=1)(noop)
+
+
+def short_retry(ctx):
+    return None
+
+
+# bench/lateness.py: claimed and failed by the bench itself, retried after 0.2-0.5 s.
+engine.task("short_retry", queue="lateness", lease=30, timeout=60, max_attempts=2)(short_retry)

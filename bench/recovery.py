@@ -14,7 +14,9 @@ all in one run against one private redis-server:
    sleeps until the earliest deadline). Target p99 <= lease + 0.3 s. The trials of one lease run
    concurrently: N victim workers each hold one task, then are killed one by one, ``lease / N`` apart
    (so the reclaims do not pile up on one instant), while 3 idle rescuer workers wait.
-3. plain RQ 3.0 baselines (RQ defaults, JSON serializer): the same kills of a plain RQ job, with no
+3. ghostless, promotion lateness of short retries (bench/lateness.py): retries due 0.2-0.5 s after
+   a failure, at random moments of the sweeper's sleep; from ``next_retry_at`` to the promotion.
+4. plain RQ 3.0 baselines (RQ defaults, JSON serializer): the same kills of a plain RQ job, with no
    retry (RQ's default) and with ``Retry(max=1)``; a job not re-run within ``--cap`` seconds of its
    kill is reported as not recovered. The whole-worker baselines start first, so their cap runs
    while the ghostless scenarios are measured.
@@ -37,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import machine, private_redis, stop  # noqa: E402
+from bench.lateness import promotion_lateness  # noqa: E402
 from tests.support.procs import Proc, app_env, start_sweeper, start_worker  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
@@ -297,6 +300,8 @@ def main() -> int:
             lease_default = engine.registry.get("victim").lease
             print(f"ghostless: whole worker killed, default lease {lease_default:g} s ...", flush=True)
             whole15 = ghostless_whole(engine, env, r, "victim", lease_default, a.trials, spawned)
+            print("ghostless: promotion lateness of short retries ...", flush=True)
+            late_retries = promotion_lateness(engine, 2 * a.trials)
 
             left = a.cap - (time.monotonic() - t0)
             if left > 0:
@@ -331,6 +336,7 @@ def main() -> int:
         print(f"    lease deadline -> expire:      {summary([x['expire_after_deadline'] for x in rows])}")
         print(f"    expire -> entry:               {summary([x['entry_after_expire'] for x in rows])}")
         print(f"    reasons: {sorted({x['reason'] for x in rows})}")
+    print(f"ghostless, promotion lateness of short retries: {summary(late_retries)}")
     print(f"plain RQ, horse killed, no retry:  re-run {len(ph_default['latencies'])}/{a.trials} "
           f"within {a.horse_wait:g}s of the kill; re-run later (checked after the cap): {late}; "
           f"job states {ph_default['states']}")

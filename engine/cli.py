@@ -50,6 +50,7 @@ def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_l
 
     engine = _engine(app_spec, redis_url)
     _logging(log_level)
+    engine.data_epoch.watch()  # logs an error if Redis loses its data while this worker runs
     try:
         run_worker(engine, list(queues) or None, worker_class, burst=burst, name=name, logging_level=log_level)
     except ValueError as e:

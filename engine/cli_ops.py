@@ -252,10 +252,16 @@ def check_command(ctx, app_spec, redis_url, as_json):
     with click.progressbar(length=total, label="checking tasks", file=sys.stderr,
                            hidden=not show_bar) as bar:
         problems = check_mod.check(engine, progress=lambda queue, n: bar.update(n))
+    lost = engine.data_epoch.problem(queues)  # never writes the marker: a check cannot adopt a loss
+    problems = ([lost] if lost else []) + problems
+    epoch, since_ms = engine.data_epoch.current()
     notes = [msg for _, msg in persistence_notes(engine.redis)]
+    if epoch:
+        notes.append(f"data epoch {epoch} since {when(since_ms / 1000) if since_ms else '?'}: a loss of data "
+                     "before then is not visible here")
     if as_json:
         _dump({"healthy": not problems, "violations": problems, "queues": queues, "tasks": total,
-               "server": notes})
+               "server": notes, "data_epoch": epoch})
     else:
         for note in notes:
             click.echo(f"redis: {note}")

@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DAY = 24 * 3600
+#: A script that sets a deadline sooner than this wakes the sweepers (lib/record: place), so a
+#: retry due in 0.3 s is promoted then, not at the sweeper's next wake-up (up to --interval).
+WAKE_WITHIN = 1.0
 
 
 @dataclass(frozen=True)

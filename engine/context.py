@@ -5,6 +5,7 @@ import logging
 import threading
 from typing import Any
 
+from .errors import REDIS_FAULTS, RedisUnavailable
 from .models import Lease
 
 
@@ -40,6 +41,11 @@ class TaskContext:
     a lost lease raise LeaseLost; let it propagate. A worker shutdown does not
     cancel: the attempt may finish within the grace period, after which it is
     stopped by force and released.
+
+    A stage, progress or checkpoint call that fails because of Redis (unreachable, timed out,
+    loading, full, read-only) raises RedisUnavailable instead of the redis-py error: let it
+    propagate too, and the attempt is released without being counted (reason ``redis_error``).
+    The task's own redis-py errors (its own client, its own calls) stay its own failures.
     """
 
     def __init__(self, engine, lease: Lease, checkpoints: dict[str, Any] | None = None):
@@ -85,16 +91,22 @@ class TaskContext:
 
     def stage(self, name: str) -> _Stage:
         """Enter a declared stage (its deadline starts now)."""
-        self._engine.stage(self.lease, name)
+        self._call("stage", name)
         return _Stage(name)
 
     def progress(self, fraction: float, message: str = "") -> None:
-        self._engine.progress(self.lease, fraction, message)
+        self._call("progress", fraction, message)
 
     def checkpoint(self, key: str, value: Any) -> None:
         """Save a value later attempts see in ``ctx.checkpoints`` (e.g. an upload already done)."""
-        self._engine.checkpoint(self.lease, key, value)
+        self._call("checkpoint", key, value)
         self._checkpoints[key] = value
+
+    def _call(self, verb: str, *args) -> None:
+        try:
+            getattr(self._engine, verb)(self.lease, *args)
+        except REDIS_FAULTS as e:
+            raise RedisUnavailable(f"ctx.{verb}", e) from e
 
     @property
     def checkpoints(self) -> dict[str, Any]:

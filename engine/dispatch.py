@@ -13,8 +13,10 @@ class Dispatcher(Protocol):
     #: False for NullDispatcher: the engine then leaves tasks in PENDING.
     active: bool
 
-    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float) -> None:
-        """Create the executor job ``dispatch_id`` whose one argument is ``task_id``.
+    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float,
+                at_front: bool = False) -> None:
+        """Create the executor job ``dispatch_id`` whose one argument is ``task_id``; with
+        ``at_front`` (a task returning from a lost attempt) ahead of the others of its priority.
 
         May be called twice for one task (at-least-once); the claim keeps each
         attempt to one execution.
@@ -27,7 +29,7 @@ class Dispatcher(Protocol):
 class NullDispatcher:
     active = False
 
-    def enqueue(self, task_id, queue, dispatch_id, priority, timeout) -> None:  # pragma: no cover
+    def enqueue(self, task_id, queue, dispatch_id, priority, timeout, at_front=False) -> None:  # pragma: no cover
         raise RuntimeError("NullDispatcher never enqueues")
 
     def job_exists(self, dispatch_id) -> bool:  # pragma: no cover

@@ -24,7 +24,8 @@ from . import stats as stats_mod
 from . import sweep as sweep_mod
 from .config import Config, ms
 from .dispatch import Dispatcher, NullDispatcher
-from .errors import Code, IdempotencyConflict, IllegalTransition, TaskNotFound
+from .epoch import DataEpoch
+from .errors import Code, IdempotencyConflict, IllegalTransition, TaskNotFound, refusing_full
 from .keys import Keys, new_task_id, parse_task_id
 from .models import Event, Task
 from .quota import Quota
@@ -63,8 +64,11 @@ class Engine(LeaseCalls):
         self.dispatcher = dispatcher or NullDispatcher()
         self.scripts = Scripts(redis, self.config, on_resolve=lambda key: deps.resolve_due(self, key))
         self._known_queues: set[str] = set()
+        self._unreported: dict[str, str] = {}  # lost jobs not yet reported: task id -> dispatch id
         self._webhook_cache = None
         self.users = Users(redis, self.keys)
+        #: notices a Redis that lost its data (engine/epoch.py); adopted at the first submit
+        self.data_epoch = DataEpoch(redis, self.keys.data_epoch())
         if check:
             check_server(redis, strict=strict)
 
@@ -132,7 +136,8 @@ class Engine(LeaseCalls):
 
         Raises: UnknownTaskType, BadArgs (a ValueError: args that do not fit the function),
             ValueError (bad input), IdempotencyConflict (same key, other args), UnknownParent (a
-            ValueError: depends_on names a task that does not exist), QuotaExceeded.
+            ValueError: depends_on names a task that does not exist), QuotaExceeded, RedisFull
+            (Redis at maxmemory refused the write; nothing changed).
 
         Redis keys: the task's keys, its queue's sets/stream/counters, the idempotency key, the
         owner's submit-rate key (with a quota).
@@ -205,18 +210,27 @@ class Engine(LeaseCalls):
         type_name, priority = (v.decode() if isinstance(v, bytes) else v for v in row)
         return self.dispatch_known(task_id, self.registry.get(type_name), int(priority or 0))
 
-    def dispatch_known(self, task_id: str, tt: TaskType, priority: int) -> str | None:
-        """``dispatch`` when the caller already knows the task's type and priority.
-        Returns None (the task stays PENDING) while its queue is draining or it waits on parents."""
+    def dispatch_known(self, task_id: str, tt: TaskType, priority: int, seen_score: float | None = None) -> str | None:
+        """``dispatch`` when the caller knows the task's type and priority. Returns None (nothing
+        done) while its queue drains or it waits on parents, or (``seen_score``: a sweeper's
+        compare-and-set) when it is no longer due at that score. A task returning from a lost
+        attempt goes to the head of its priority. A failed enqueue is reported (``job_lost``) and
+        raised (RedisFull when Redis refused the write)."""
         dispatch_id = uuid.uuid4().hex
         # Recorded first: a worker that takes the job at once must find its dispatch id current
         # (enqueue-then-record let an idle worker's claim arrive first and be refused). The script
         # also answers the draining switch, so checking it costs no round trip.
         reply = self.scripts.dispatch(self.keys.task(task_id), self.keys.queue_key(tt.queue, "control"), task_id,
-                                      dispatch_id, ms(self.config.requeue_after))
+                                      dispatch_id, ms(self.config.requeue_after), seen_score)
         if reply[0] == Code.NOT_DUE:
             return None
-        self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, priority, tt.timeout)
+        try:
+            with refusing_full(f"enqueue of task {task_id}"):
+                self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, priority, tt.timeout,
+                                        at_front=len(reply) > 2 and reply[2] == 1)
+        except Exception:
+            self.job_lost(task_id, dispatch_id)
+            raise
         return dispatch_id
 
     def get(self, task_id: str, owner: str | None = None) -> Task | None:
@@ -294,10 +308,11 @@ class Engine(LeaseCalls):
     def set_webhook(self, owner: str, url: str | None) -> None:
         """Set (or with None, remove) an owner's default webhook for their new tasks."""
         owner = _text("owner", owner)
-        if url is None:
-            self.redis.hdel(self.keys.webhooks(), owner)
-        else:
-            self.redis.hset(self.keys.webhooks(), owner, notify.check_url(url))
+        with refusing_full("webhook setting"):
+            if url is None:
+                self.redis.hdel(self.keys.webhooks(), owner)
+            else:
+                self.redis.hset(self.keys.webhooks(), owner, notify.check_url(url))
         self._webhook_cache = None
 
     def notifications(self, task_id: str) -> list[Task]:
@@ -355,7 +370,8 @@ class Engine(LeaseCalls):
         """Admin: stop (or, with False, resume) handing the queue's tasks to workers. Tasks already
         queued or running finish; new and returning ones wait in PENDING until resumed."""
         key = self.keys.queue_key(queue, "control")
-        self.redis.hset(key, "draining", 1) if draining else self.redis.hdel(key, "draining")
+        with refusing_full(f"drain of queue {queue}"):
+            self.redis.hset(key, "draining", 1) if draining else self.redis.hdel(key, "draining")
 
     def draining(self) -> list[str]:
         """Queues that are draining."""
@@ -391,7 +407,10 @@ class Engine(LeaseCalls):
 
     def _remember_queue(self, queue: str) -> None:
         if queue not in self._known_queues:
-            self.redis.sadd(self.keys.queues(), queue)
+            with refusing_full("registering queue " + queue):
+                self.redis.sadd(self.keys.queues(), queue)
+                if self.data_epoch.seen is None:
+                    self.data_epoch.adopt()  # the first use of a Redis writes its data epoch marker
             self._known_queues.add(queue)
 
     def _args_json(self, args, tt: TaskType, quota: Quota | None) -> str:

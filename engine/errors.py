@@ -6,7 +6,10 @@ only here.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
+
+import redis
 
 
 class Code(enum.IntEnum):
@@ -23,6 +26,13 @@ class Code(enum.IntEnum):
     BREAKER_OPEN = -8  # the upstream's circuit breaker is open: park the task
     UNKNOWN_PARENT = -9  # submit: a task it depends on does not exist
     QUOTA_EXCEEDED = -10  # submit, edit: the owner's quota refuses another task (engine/quota.py)
+    ATTEMPT_ENDED = -11  # heartbeat: the attempt of this token has already reported its outcome
+
+
+#: Redis failing for its own reasons (unreachable, hung, restarting, loading, full under noeviction,
+#: a read-only replica after a failover): nobody's fault but the server's, and it passes.
+REDIS_FAULTS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
+                redis.exceptions.ReadOnlyError)
 
 
 class GhostlessError(Exception):
@@ -81,6 +91,25 @@ class TaskCancelled(LeaseLost):
         super().__init__(task_id, token, "CANCELLED", reason="task cancelled")
 
 
+class AttemptEnded(LeaseLost):
+    """A heartbeat that arrived after its own attempt's outcome (one still in flight when the
+    attempt ended): not a stale holder, so neither counted nor recorded."""
+
+    def __init__(self, task_id: str, token: int, state: str = ""):
+        super().__init__(task_id, token, state, reason="attempt already ended")
+
+
+class RedisUnavailable(GhostlessError):
+    """An engine call made for a task (``ctx.stage``, ``ctx.progress``, ``ctx.checkpoint``) failed
+    because of Redis (one of REDIS_FAULTS, its ``__cause__``), not because of the task: the attempt
+    is released (reason ``redis_error``, no attempt consumed), or left to its lease when even the
+    release cannot reach Redis."""
+
+    def __init__(self, call: str, error: BaseException):
+        self.call, self.error = call, error
+        super().__init__(f"{call} failed: {type(error).__name__}: {error}")
+
+
 class WrongDispatch(GhostlessError):
     """A job delivered for a dispatch that is no longer current (duplicate delivery)."""
 
@@ -133,3 +162,22 @@ class PermanentError(GhostlessError):
 
 class RedisSetupError(GhostlessError):
     """The Redis server cannot run ghostless safely (version, eviction policy)."""
+
+
+class RedisFull(GhostlessError, redis.exceptions.OutOfMemoryError):
+    """Redis refused a write: it reached ``maxmemory`` under ``noeviction``. Nothing was changed by
+    the refused call; retry once memory is freed. The redis-py ``OutOfMemoryError`` is ``__cause__``
+    (and RedisFull is one too, so handlers of redis-py errors still see it)."""
+
+    def __init__(self, operation: str):
+        self.operation = operation
+        super().__init__(f"Redis is full (maxmemory reached, noeviction): {operation} refused; retry later")
+
+
+@contextlib.contextmanager
+def refusing_full(operation: str):
+    """Turn redis-py's OutOfMemoryError raised inside the block into RedisFull."""
+    try:
+        yield
+    except redis.exceptions.OutOfMemoryError as e:
+        raise RedisFull(operation) from e

@@ -5,6 +5,12 @@ unreachable past the lease, or a shutdown past its grace, it asks the function
 to stop (``ctx.cancelled``) and, if the function has not returned after the
 grace period, stops the attempt by force through ``force_stop(reason)``.
 
+Redis unreachable: heartbeats time out within a third of the lease (Engine.heartbeat's own
+client), and the attempt is given up once the lease has run out since the last renewal that
+succeeded (or after ``max_failures`` failures in a row, sooner): asked to stop then, stopped by
+force ``grace`` seconds later, so no later than lease + grace after that renewal, when the
+sweeper may already have handed the task to another worker.
+
 Threads are kept for the next attempt of the same process (a simple worker runs attempts one
 after another): starting a thread per attempt cost about 0.1 ms of a no-op job's ~3 ms.
 """
@@ -19,7 +25,7 @@ import redis
 
 from . import runtime
 from .context import TaskContext
-from .errors import LeaseLost, TaskCancelled
+from .errors import AttemptEnded, LeaseLost, TaskCancelled
 
 log = logging.getLogger("ghostless.heartbeat")
 POLL = 0.1  # how often the thread looks at its flags; heartbeats themselves go at lease / 3
@@ -46,14 +52,15 @@ class Heartbeat:
         self._done.set()
 
     def run(self) -> None:
-        last_ok = next_beat = time.monotonic()
+        last_ok = next_beat = time.monotonic()  # the claim has just renewed the lease
         next_beat += self.interval
         failures = 0
+        lease = self.ctx.lease.lease
         while not self._done.wait(POLL):
             now = time.monotonic()
             if runtime.shutdown_requested.is_set() and not self._stop_at:
                 # Not a cancellation: the function may still finish (and be reported) within the grace.
-                self._schedule("release", (runtime.shutdown_elapsed() or 0))
+                self._schedule("release", now + max(0.0, self.grace - (runtime.shutdown_elapsed() or 0)))
             if self._stop_at is not None and now >= self._stop_at and not self._forced:
                 log.warning("task %s did not stop within %.1fs: stopping it by force (%s)",
                             self.ctx.task_id, self.grace, self._stop_reason)
@@ -68,6 +75,8 @@ class Heartbeat:
             try:
                 self.engine.heartbeat(self.ctx.lease)
                 last_ok, failures = now, 0
+            except AttemptEnded:
+                self._done.set()  # in flight as the attempt reported its outcome: nothing to renew
             except TaskCancelled:
                 self._lose("cancelled")
             except LeaseLost as e:
@@ -79,21 +88,28 @@ class Heartbeat:
                 failures += 1
                 log.warning("heartbeat of task %s failed (%d): %s", self.ctx.task_id, failures, e,
                             exc_info=not isinstance(e, redis.RedisError))
-                if failures >= self.max_failures or time.monotonic() - last_ok > self.ctx.lease.lease:
-                    self.abandoned = True
-                    self.ctx.cancel("redis unreachable" if unreachable else f"heartbeat failing: {e}")
-                    self._schedule("abandoned", 0)
+                if failures >= self.max_failures or time.monotonic() - last_ok >= lease:
+                    self._abandon(last_ok, "redis unreachable" if unreachable else f"heartbeat failing: {e}")
+
+    def _abandon(self, last_ok: float, reason: str) -> None:
+        """Give the attempt up (never report it): stop now, by force at lease + grace after the
+        last renewal."""
+        self.abandoned = True
+        self.ctx.cancel(reason)
+        self._schedule("abandoned", last_ok + self.ctx.lease.lease + self.grace)
 
     def _lose(self, reason: str) -> None:
         log.warning("task %s: %s; asking the function to stop", self.ctx.task_id, reason)
         self.lost = True
         self.ctx.cancel(reason)
-        self._schedule(reason, 0)
+        self._schedule(reason, time.monotonic() + self.grace)
 
-    def _schedule(self, reason: str, elapsed: float) -> None:
-        if self._stop_at is None:
+    def _schedule(self, reason: str, at: float) -> None:
+        """Stop by force at monotonic time ``at``, or earlier if an earlier stop is already due
+        (an attempt abandoned during a shutdown's grace still stops by lease + grace)."""
+        if self._stop_at is None or at < self._stop_at:
             self._stop_reason = reason
-            self._stop_at = time.monotonic() + max(0.0, self.grace - elapsed)
+            self._stop_at = at
 
 
 class _Beater(threading.Thread):

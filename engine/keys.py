@@ -162,3 +162,14 @@ class Keys:
     def queues(self) -> str:
         """Set of every queue name that has seen a task (outside any hash tag)."""
         return f"{self.ns}:queues"
+
+    def data_epoch(self) -> str:
+        """String: the data epoch marker (a random id and the server time of the first use), under
+        the global hash tag ``{@global}``; its loss tells processes that Redis lost its data
+        (engine/epoch.py)."""
+        return f"{self.ns}:{{@global}}:epoch"
+
+    def deadline_channels(self) -> list[str]:
+        """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a
+        script announces a deadline sooner than the sweeper's next look (lua/lib/record.lua)."""
+        return [self.queue_key("*", name) for name in ("dispatch", "leases", "retries", "waiting")]

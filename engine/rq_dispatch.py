@@ -39,10 +39,11 @@ class RQDispatcher:
         return Queue(rq_queue_name(self.namespace, queue, priority), connection=self.redis,
                      serializer=JSONSerializer)
 
-    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float) -> None:
+    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float,
+                at_front: bool = False) -> None:
         try:
             self.rq_queue(queue, priority).enqueue_call(
-                JOB_FUNC, args=[task_id], job_id=dispatch_id, unique=True, timeout=int(timeout + GRACE),
+                JOB_FUNC, args=[task_id], job_id=dispatch_id, unique=True, timeout=int(timeout + GRACE), at_front=at_front,
                 result_ttl=RESULT_TTL, failure_ttl=FAILURE_TTL, description=f"ghostless task {task_id}")
         except DuplicateJobError:
             pass  # a resent enqueue of the same dispatch: the job is there

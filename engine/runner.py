@@ -18,7 +18,8 @@ from rq.timeouts import JobTimeoutException
 from . import runtime
 from .context import AttemptReleased, AttemptStopped, TaskContext
 from .errors import (
-    BadArgs, BreakerOpen, IllegalTransition, LeaseLost, PermanentError, TaskNotFound, UnknownTaskType, WrongDispatch,
+    REDIS_FAULTS, BadArgs, BreakerOpen, IllegalTransition, LeaseLost, PermanentError, RedisUnavailable, TaskNotFound,
+    UnknownTaskType, WrongDispatch,
 )
 from .heartbeat import Heartbeat
 
@@ -113,6 +114,10 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
     except LeaseLost as e:
         log.warning("task %s lost its lease while running: %s", lease.task_id, e)
         return
+    except RedisUnavailable as e:  # the engine's call failed, not the task: no attempt consumed
+        log.warning("task %s attempt %d: %s; releasing it", lease.task_id, lease.attempt, e)
+        _release_after_redis_error(hb, engine, lease, e)
+        return
     except PermanentError as e:
         _finish(hb, engine.fail, lease, e.kind, _reason(e), False)
         return
@@ -145,6 +150,17 @@ def _finish(hb: Heartbeat, report, lease, *args) -> None:
         log.warning("task %s: not reporting the outcome of an attempt whose lease is gone", lease.task_id)
         return
     _report(report, lease, *args)
+
+
+def _release_after_redis_error(hb: Heartbeat, engine, lease, e: RedisUnavailable) -> None:
+    """Release the attempt (reason ``redis_error: ...``); when Redis cannot take even that, the lease
+    lapses and the sweeper reclaims the task."""
+    if hb.lost or hb.abandoned:
+        return
+    try:
+        _report(engine.release, lease, "redis_error: " + _reason(e))
+    except REDIS_FAULTS as again:
+        log.warning("task %s: the release failed too (%s): left to its lease", lease.task_id, again)
 
 
 def _report(report, lease, *args) -> None:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import priority
-from .config import Config
+from .config import WAKE_WITHIN, Config
 from .errors import (
-    Code, IdempotencyConflict, IllegalTransition, LeaseLost, QuotaExceeded, TaskCancelled, TaskNotFound, UnknownParent,
-    UnknownTaskType, WrongDispatch,
+    AttemptEnded, Code, IdempotencyConflict, IllegalTransition, LeaseLost, QuotaExceeded, TaskCancelled, TaskNotFound,
+    UnknownParent, UnknownTaskType, WrongDispatch, refusing_full,
 )
 from .keys import TaskKeys, parse_task_id
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
@@ -50,6 +50,7 @@ local LEGAL = {{{legal}}}
 local TERMINAL = {_lua_set(TERMINAL)}
 local DEADLINE_SET = {{{sets}}}
 local PRIORITY_SPAN = {priority.SPAN}
+local WAKE_WITHIN_MS = {int(WAKE_WITHIN * 1000)}
 local T = {n}  -- the task's keys (engine/keys.py TaskKeys); a script's extra keys follow: KEYS[T + 1], ...
 local function taskkeys(o)
   return {{{fields}}}
@@ -105,11 +106,16 @@ class Scripts:
         self._cfg = config.script_argv()
         self._scripts = {name: redis.register_script(source(name)) for name in SCRIPTS}
 
-    def call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None) -> list:
-        """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``."""
-        reply = self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=client)
+    def call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None, via=None) -> list:
+        """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``.
+        ``via``: another client of the same server to send it on (the heartbeat's own).
+
+        Raises RedisFull when Redis refuses the script's writes (maxmemory under noeviction).
+        """
         if client is not None:
-            return reply
+            return self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=client)
+        with refusing_full(name):
+            reply = self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=via)
         reply = parse(reply)
         if reply and reply[-1] == RESOLVE_MARK:
             reply.pop()
@@ -129,9 +135,14 @@ class Scripts:
             raise _quota_exceeded(reply, argv[0])
         return reply
 
-    def dispatch(self, keys: TaskKeys, control: str, task_id: str, dispatch_id: str, requeue_ms: int) -> list:
-        """NOT_DUE while the queue drains: the caller then makes no job."""
-        return refuse(self.call("dispatch", [*keys, control], [dispatch_id, requeue_ms]), "dispatch", task_id)
+    def dispatch(self, keys: TaskKeys, control: str, task_id: str, dispatch_id: str, requeue_ms: int,
+                 seen_score: float | None = None, rearm: bool = False) -> list:
+        """NOT_DUE while the queue drains, or (``seen_score``: the task's dispatch-set score as a
+        sweeper read it) when it is no longer due at that score: the caller then makes no job.
+        With ``rearm``: only move the job check of the current dispatch ``dispatch_id`` (else NOT_DUE)."""
+        seen = "" if seen_score is None else repr(float(seen_score))
+        return refuse(self.call("dispatch", [*keys, control], [dispatch_id, requeue_ms, seen, "rearm" if rearm else ""]),
+                      "dispatch", task_id)
 
     def claim(self, keys: TaskKeys, task_id: str, worker: str, claim_id: str, dispatch_id: str,
               types: str, breaker_key: str | None = None, breaker_spec: str = "") -> list:
@@ -147,9 +158,9 @@ class Scripts:
             raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")
         return refuse(reply, "claim", task_id)
 
-    def holder(self, verb: str, keys: Sequence[str], task_id: str, token: int, *argv: Any) -> list:
+    def holder(self, verb: str, keys: Sequence[str], task_id: str, token: int, *argv: Any, via=None) -> list:
         """heartbeat, stage, progress, checkpoint, complete, fail, release: token first."""
-        return refuse(self.call(verb, keys, [token, *argv]), verb, task_id, token)
+        return refuse(self.call(verb, keys, [token, *argv], via=via), verb, task_id, token)
 
     def manage(self, verb: str, keys: Sequence[str], task_id: str, *argv: Any) -> list:
         """cancel, edit, retry: owner-checked inside the script."""
@@ -214,6 +225,8 @@ def refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> li
         raise TaskCancelled(task_id, token)
     if code == Code.LEASE_LOST:
         raise LeaseLost(task_id, token, reply[1])
+    if code == Code.ATTEMPT_ENDED:
+        raise AttemptEnded(task_id, token, reply[1])
     if code == Code.IDEMPOTENCY_CONFLICT:
         raise IdempotencyConflict("", reply[1])
     if code == Code.QUOTA_EXCEEDED:

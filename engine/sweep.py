@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from dataclasses import dataclass, field
 
 from .errors import Code, GhostlessError, UnknownTaskType
@@ -57,6 +58,7 @@ def sweep(engine, batch: int = 1000) -> SweepReport:
     if batch < 1:
         raise ValueError("batch must be at least 1")
     report = SweepReport()
+    engine.report_lost_jobs()  # lost jobs whose report Redis refused earlier (engine.job_lost)
     for queue in engine.queues():
         # Another batch only while the last one was full and moved something: due tasks that
         # cannot move (a type this process does not know) must not keep the tick spinning.
@@ -113,7 +115,8 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
 
     if dispatching:
         seen = set(promoted)
-        _redispatch(engine, queue, promoted + [t for t in dispatch_ids if t not in seen], report)
+        _redispatch(engine, queue, promoted, report, compare=False)  # this sweeper's own promotions
+        _redispatch(engine, queue, [t for t in dispatch_ids if t not in seen], report)
     return any(len(ids) >= batch for ids in lists)
 
 
@@ -132,12 +135,26 @@ def _purge(engine, queue: str, task_ids: list[str]) -> int:
     return sum(parse(r)[0] == Code.OK for r in pipe.execute())
 
 
-def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport) -> None:
+def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, compare: bool = True) -> None:
+    """Dispatch due tasks again (or re-arm the check of a job that still exists).
+
+    With ``compare`` each dispatch is a compare-and-set on the dispatch-set score read here with
+    the task: another sweeper that dispatched the task since moved that score, so the task is
+    dispatched once, however many sweepers saw it due. A sweeper's own promotions need no compare:
+    the promote was the compare-and-set.
+    """
+    if not task_ids:
+        return
     pipe = engine.redis.pipeline(transaction=False)
+    dispatch_set = engine.keys.queue_key(queue, "dispatch")
     for tid in task_ids:
         pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type", "priority")
-    for tid, row in zip(task_ids, pipe.execute()):
+        pipe.zscore(dispatch_set, tid)
+    replies = pipe.execute()
+    for tid, row, score in zip(task_ids, replies[::2], replies[1::2]):
         status, dispatch_id, type_name, priority = (v.decode() if isinstance(v, bytes) else (v or "") for v in row)
+        if compare and score is None:
+            continue  # left the dispatch set since the due read: claimed, or dispatched by another sweeper
         if status not in (State.PENDING.value, State.QUEUED.value):
             continue
         try:
@@ -147,8 +164,9 @@ def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport) ->
                                         dispatch_id, _requeue_ms(engine))
                 report.refreshed += 1
             else:
-                engine.dispatch_known(tid, engine.registry.get(type_name), int(priority or 0))
-                report.dispatched += 1
+                if engine.dispatch_known(tid, engine.registry.get(type_name), int(priority or 0),
+                                         seen_score=score if compare else None):
+                    report.dispatched += 1
         except UnknownTaskType:
             _warn_unknown(type_name, tid)  # it waits, PENDING, for a sweeper that knows its type
         except GhostlessError:
@@ -170,20 +188,63 @@ def _requeue_ms(engine) -> int:
     return int(engine.config.requeue_after * 1000)
 
 
+class Wake:
+    """Wakes a sleeping sweeper when a script sets a deadline sooner than ``config.WAKE_WITHIN``.
+
+    The scripts PUBLISH such a deadline on the channel named after its set (lua/lib/record.lua:
+    place); a daemon thread holds one pub/sub connection on those channels' patterns and sets
+    ``event``. A message lost while Redis is away costs only the old behaviour: the sweeper's
+    next wake-up, at most ``interval`` later.
+    """
+
+    def __init__(self, engine, stop: threading.Event):
+        self.event = threading.Event()
+        self._stop = stop
+        threading.Thread(target=self._listen, args=(engine,), name="ghostless-wake", daemon=True).start()
+        threading.Thread(target=lambda: (stop.wait(), self.event.set()), name="ghostless-wake-stop",
+                         daemon=True).start()
+
+    def _listen(self, engine) -> None:
+        errors = 0
+        while not self._stop.is_set():
+            pubsub = engine.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.psubscribe(*engine.keys.deadline_channels())
+                errors = 0
+                while not self._stop.is_set():
+                    if pubsub.get_message(timeout=0.5) is not None:
+                        self.event.set()
+            except Exception as e:  # noqa: BLE001 - Redis away: listen again; the sweeper still wakes on time
+                errors += 1
+                log.debug("sweeper wake-up channel lost (%s); subscribing again", e)
+                self._stop.wait(min(5.0, 0.1 * 2 ** min(errors, 6)))
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def sleep(self, seconds: float) -> None:
+        """Until ``seconds`` have passed, an earlier deadline was announced, or stop."""
+        self.event.wait(seconds)
+        self.event.clear()
+
+
 def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log=None) -> None:
     """Sweep until ``stop`` (a threading.Event) is set.
 
     Between ticks it sleeps until the earliest deadline in its sets, capped by
-    ``interval``, so a lapsed lease is acted on within milliseconds. Redis being
-    unreachable is logged and retried; the loop never dies of it.
+    ``interval``, and a deadline set sooner while it sleeps (a short retry, a short delay)
+    wakes it (``Wake``), so due work is acted on within milliseconds. Redis being
+    unreachable is logged and retried; the loop never dies of it. Redis losing its data
+    (engine/epoch.py) is logged as an error.
     """
-    import logging
-    import threading
-
     import redis
 
     log = log or logging.getLogger("ghostless.sweeper")
     stop = stop or threading.Event()
+    engine.data_epoch.watch(stop=stop)  # logs an error if Redis loses its data while this runs
+    wake = Wake(engine, stop)
     errors = 0
     while not stop.is_set():
         try:
@@ -194,12 +255,15 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
             log.warning("sweeper: Redis unreachable (%s); retrying", e)
             stop.wait(min(interval, 0.1 * 2 ** min(errors, 5)))
             continue
-        except Exception:  # e.g. Redis full (OOM under noeviction): the sweeper must outlive it
+        except Exception as e:  # e.g. Redis full (OOM under noeviction): the sweeper must outlive it
             errors += 1
-            log.exception("sweeper: tick failed; retrying")
+            if isinstance(e, redis.exceptions.OutOfMemoryError):  # RedisFull too: no traceback
+                log.warning("sweeper: Redis is full, writes refused (%s); retrying", e)
+            else:
+                log.exception("sweeper: tick failed; retrying")
             stop.wait(min(max(interval, 1.0), 0.1 * 2 ** min(errors, 5)))
             continue
         if report.acted:
             log.info(report.summary())
         wait = interval if report.next_in is None else min(interval, report.next_in)
-        stop.wait(max(wait, 0.001))
+        wake.sleep(max(wait, 0.001))

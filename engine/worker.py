@@ -27,7 +27,9 @@ from rq.utils import now
 
 from . import runner  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
 from . import runtime
-from .errors import GhostlessError
+from .errors import REDIS_FAULTS, GhostlessError
+from .lease_calls import client_like, no_resends
+from .outage import RidesOutRedis
 from .rq_dispatch import rq_queue_names
 
 log = logging.getLogger("ghostless.worker")
@@ -35,8 +37,9 @@ WORKER_CLASSES = ("fork", "simple")
 REDIS_RETRIES = 14  # with ExponentialBackoff(cap=1 s, base=50 ms): about 10 s of resends
 
 
-class _EngineHooks:
-    """What both worker classes add to RQ's: a claim id per job, and reports for lost attempts."""
+class _EngineHooks(RidesOutRedis):
+    """What both worker classes add to RQ's: a claim id per job, reports for lost attempts, and
+    riding out Redis failures (engine/outage.py)."""
 
     engine = None
     claim_id: str | None = None
@@ -49,8 +52,21 @@ class _EngineHooks:
         self._job_id = job.id
         try:
             super().execute_job(job, queue)
+        except REDIS_FAULTS as e:  # RQ's bookkeeping around the job: the attempt reports on its own
+            self._redis_failed(e)
+            self._outlive_horse()
         finally:
             self._task_id = None
+
+    def _outlive_horse(self) -> None:
+        """Never leave a work-horse without its parent: wait for it (its heartbeat thread ends
+        an attempt that cannot reach Redis within lease + grace)."""
+        if getattr(self, "horse_pid", 0):
+            _, status, _ = self.wait_for_horse()
+            self._horse_pid = 0
+            if status:
+                self._report_lost(f"work-horse exited with status {os.waitstatus_to_exitcode(status)}",
+                                  release=runtime.shutdown_requested.is_set())
 
     def _set_ip_address(self, connection) -> None:
         # The embedded demo server (engine/fakeserver.py: fakeredis over TCP) writes CLIENT INFO's
@@ -146,14 +162,13 @@ class GhostlessSimpleWorker(_EngineHooks, SimpleWorker):
 
 
 def ride_out_redis_restarts(client, retries: int = REDIS_RETRIES) -> None:
-    """Resend a command that met a connection error, with backoff (about 10 s in all).
+    """Resend an engine command that met a connection error, with backoff (about 10 s in all).
 
-    RQ's worker loop survives Redis being unreachable only while it waits for a job: an
-    error while it watches a work-horse or records a job's end ends the worker, and the
-    horse's outcome report would be lost. Resending rides out a Redis restart or failover;
-    every ghostless script is idempotent to a resend (DESIGN.md, invariant 5). A longer
-    outage still raises, and the heartbeat thread then abandons the attempt. Timeouts are
-    not resent: a Redis that hangs must reach the heartbeat thread within its socket timeout.
+    A work-horse's outcome report (complete, fail, release) then rides out a Redis restart or
+    failover instead of being lost; every ghostless script is idempotent to a resend
+    (DESIGN.md, invariant 5). A longer outage still raises, and the heartbeat thread abandons
+    the attempt. Timeouts are not resent; heartbeats go on a client of their own without
+    resends (Engine.heartbeat), so a Redis that hangs reaches the heartbeat thread within the lease.
     """
     if hasattr(client, "set_retry"):
         client.set_retry(Retry(ExponentialBackoff(cap=1.0, base=0.05), retries,
@@ -182,19 +197,15 @@ def resolve_driver_info_once(client) -> None:
 
 
 def rq_connection(client):
-    """A client of its own for RQ, on the same server and settings.
+    """A client of its own for RQ, on the same server and settings, without resends.
 
     RQ raises its connection's socket timeout above its blocking dequeue (minutes). On a
-    shared pool, the engine's calls would inherit it: a heartbeat to a Redis that hangs
-    (network partition) would block for minutes instead of failing within the engine's
-    socket timeout, and the attempt would run on without a lease instead of being abandoned.
+    shared pool, the engine's calls would inherit it: a call to a Redis that hangs (network
+    partition) would block for minutes instead of failing within the engine's socket timeout.
+    No resends: the worker rides out a failing Redis itself (engine/outage.py), and a resending
+    RQ call would keep it from watching its work-horse for ~10 s at a time.
     """
-    pool = client.connection_pool
-    if type(pool) is not redis.ConnectionPool:  # fakeredis, cluster, sentinel: share it
-        return client
-    return type(client)(connection_pool=redis.ConnectionPool(
-        connection_class=pool.connection_class, max_connections=pool.max_connections,
-        **dict(pool.connection_kwargs)))
+    return client_like(client, **no_resends())
 
 
 def build_worker(engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None,

@@ -43,6 +43,6 @@ change(K, t, 'claim', 'PROCESSING', now, math.min(lease_until, attempt_deadline)
   token = token, attempt = t.attempt + 1, worker = worker, claim_id = claim_id,
   dispatch_id = '', started_at = now, lease_until = lease_until,
   attempt_deadline = attempt_deadline, stage = '', stage_deadline = 0, stage_since = now,
-  ended_token = '', ended_by = '', next_retry_at = ''},
+  ended_token = '', ended_by = '', next_retry_at = '', returning = ''},
   {worker = worker, token = token, attempt = t.attempt + 1, stage = ''})
 return lease_reply(C.OK)

@@ -4,12 +4,19 @@
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys); KEYS[T+1]: the queue's
 --   control hash (its 'draining' switch)
 -- ARGV[1..4]: engine config; ARGV[5]: dispatch id (the executor's job id);
---   ARGV[6]: ms until the sweeper checks that the job still exists
--- Returns: {OK, version} | {REPLAYED, version} when this dispatch id is already current (its
+--   ARGV[6]: ms until the sweeper checks that the job still exists;
+--   ARGV[7]: the task's score in the dispatch set as the sweeper read it ('' = no check): the
+--   dispatch is a compare-and-set on it, so of several sweepers that saw the task due, one dispatches;
+--   ARGV[8]: 'rearm' to only move the job check of the current dispatch ARGV[5] (its job is lost:
+--   engine.job_lost), never to dispatch
+-- Returns: {OK, version, front} (front: 1 when the task returns from an attempt that was taken from
+--   it, a reclaimed lease, a lost worker or a release, and goes to the head of its priority's line,
+--   else 0) | {REPLAYED, version} when this dispatch id is already current (its
 --   job still exists: the sweeper's next check moves to ARGV[6] from now) |
 --   {NOT_DUE} while the queue is draining, or the task waits on its parents or on its submit's
---   delay (nothing changes; no job may be made) |
---   {NOT_FOUND} | {ILLEGAL_TRANSITION, state}
+--   delay, or (ARGV[7]) it is no longer due at the score the sweeper saw, or (ARGV[8]) ARGV[5] is
+--   not the current dispatch (nothing changes; no job
+--   may be made) | {NOT_FOUND} | {ILLEGAL_TRANSITION, state}
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
 local now = now_ms()
@@ -17,7 +24,13 @@ if t.dispatch_id == ARGV[5] then
   if t.status == 'QUEUED' then redis.call('ZADD', K.dispatch, now + tonumber(ARGV[6]), t.id) end
   return {C.REPLAYED, t.version}
 end
+if ARGV[8] == 'rearm' then return {C.NOT_DUE} end
 if not LEGAL.dispatch[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
+local seen = tonumber(ARGV[7] or '')
+if seen then
+  local score = tonumber(redis.call('ZSCORE', K.dispatch, t.id))
+  if score == nil or score ~= seen or score > now then return {C.NOT_DUE} end
+end
 if t.waiting_on == '1' or tonumber(t.not_before or 0) > now
     or redis.call('HEXISTS', KEYS[T + 1], 'draining') == 1 then
   return {C.NOT_DUE}
@@ -25,8 +38,11 @@ end
 
 local reason = ''
 if t.status == 'QUEUED' then reason = 'redispatch' end
+local front = t.returning == '1'
+t.front = front  -- lib/record: place() puts it at the head of its priority in the ready line
 -- queued_at survives a re-dispatch, so "QUEUED for too long" measures the whole wait.
 change(K, t, 'dispatch', 'QUEUED', now, now + tonumber(ARGV[6]),
-  {dispatch_id = ARGV[5], dispatched_at = now, queued_at = t.status == 'PENDING' and now or t.queued_at},
+  {dispatch_id = ARGV[5], dispatched_at = now, queued_at = t.status == 'PENDING' and now or t.queued_at,
+   returning = ''},
   {reason = reason})
-return {C.OK, t.version}
+return {C.OK, t.version, front and 1 or 0}

@@ -36,8 +36,9 @@ if retries then
   -- failed: retry at once.
   local at = now
   if reason ~= 'heartbeat_lost' and by == '' then at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[5])) end
-  change(K, t, 'expire', 'RETRY_WAITING', now, at, {next_retry_at = at, finished_at = ''},
-    {reason = reason})
+  -- A task retried at once returns to the head of its line at its next dispatch (lua/dispatch).
+  change(K, t, 'expire', 'RETRY_WAITING', now, at,
+    {next_retry_at = at, finished_at = '', returning = at <= now and '1' or ''}, {reason = reason})
   if at <= now then promote_now(K, t, now) end
 end
 return finish({C.OK, t.status, reason})

@@ -19,7 +19,8 @@ if refused then return refused end
 
 redis.call('HINCRBY', K.stats, 'fail:' .. kind, 1)
 breaker_outcome(K, KEYS[T + 1], t, false, now, breaker_cfg(ARGV[12]))
-local fields = {error_kind = kind, reason = reason, ended_token = token, ended_by = 'fail'}
+local fields = {error_kind = kind, reason = reason, ended_token = token, ended_by = 'fail',
+  returning = kind == 'worker_lost' and '1' or ''}  -- the head of its line at its next dispatch
 local ev = {worker = ARGV[10], reason = kind .. ': ' .. reason}
 if ARGV[8] == '1' and t.attempt < t.max_attempts then
   local delay = tonumber(ARGV[11]) or backoff_ms(t.backoff, t.attempt, tonumber(ARGV[9]))

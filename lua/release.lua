@@ -13,6 +13,6 @@ local refused = check_lease(K, t, 'release', token, ARGV[7], now, true)
 if refused then return refused end
 
 change(K, t, 'release', 'PENDING', now, now + CFG.dispatch_grace_ms,
-  {attempt = t.attempt - 1, ended_token = token, ended_by = 'release', stage = ''},
+  {attempt = t.attempt - 1, ended_token = token, ended_by = 'release', stage = '', returning = '1'},
   {worker = ARGV[7], reason = ARGV[6], attempt = t.attempt})
 return {C.OK, t.status, t.version}

@@ -30,3 +30,14 @@ def test_the_sweep_benchmark_runs(monkeypatch, capsys):
     assert sweep.main() == 0
     out = capsys.readouterr().out
     assert "sweep tick:" in out and "sweep reclaim:" in out and "memory:" in out
+
+
+def test_the_promotion_lateness_benchmark_runs(monkeypatch, capsys):
+    need_redis_server()
+    from bench import lateness
+
+    monkeypatch.setattr("sys.argv", ["lateness.py", "--trials", "2"])
+    for name in ("GHOSTLESS_REDIS_URL", "GHOSTLESS_BENCH_NS"):  # main sets them: restored afterwards
+        monkeypatch.setenv(name, "")
+    assert lateness.main() == 0
+    assert "promotion lateness of short retries" in capsys.readouterr().out

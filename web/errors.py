@@ -2,7 +2,8 @@
 
 Engine refusals map to statuses here, once. An unexpected exception is logged and
 answered with a 500 in the same shape (the tests fuzz inputs to show none produces one);
-an unreachable Redis is a 503.
+an unreachable Redis is a 503 ``unavailable``, a full one (writes refused) a 503 ``redis_full``,
+both with Retry-After.
 """
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import redis
 from flask import Flask, jsonify
 from werkzeug.exceptions import HTTPException
 
-from engine.errors import BadArgs, IdempotencyConflict, IllegalTransition, QuotaExceeded, TaskNotFound, UnknownTaskType
+from engine.errors import (
+    BadArgs, IdempotencyConflict, IllegalTransition, QuotaExceeded, RedisFull, TaskNotFound, UnknownTaskType,
+)
 
 log = logging.getLogger("ghostless.web")
 QUOTA_RETRY_AFTER = 10  # s: Retry-After of a quota that waits for tasks to end, not for time
+FULL_RETRY_AFTER = 30  # seconds: a full Redis needs an operator (or retention) to free memory
 
 
 class ApiError(Exception):
@@ -77,6 +81,13 @@ def init_app(app: Flask) -> None:
                "max_unfinished_bytes": "too many bytes of args in unfinished tasks"}.get(e.limit, e.limit)
         return error_response(429, "quota_exceeded", f"quota exceeded in queue {e.queue}: {why}; retry later",
                               {"Retry-After": str(max(1, wait))})
+
+    @app.errorhandler(RedisFull)
+    @app.errorhandler(redis.exceptions.OutOfMemoryError)
+    def full(e):
+        log.error("Redis full, write refused: %s", e)
+        return error_response(503, "redis_full", "the task store is full and refuses changes; try again later",
+                              {"Retry-After": str(FULL_RETRY_AFTER)})
 
     @app.errorhandler(redis.ConnectionError)
     @app.errorhandler(redis.TimeoutError)

@@ -26,12 +26,17 @@ def healthz():
 def readyz():
     """Redis answers and has every engine script cached (SCRIPT EXISTS). Scripts missing after
     a Redis restart or SCRIPT FLUSH are loaded here, as EVALSHA's NOSCRIPT fallback would do on
-    first use; 503 when Redis cannot be reached or a script cannot be loaded."""
+    first use; 503 when Redis cannot be reached or a script cannot be loaded, and 503
+    ``redis_data_lost`` once this process has seen Redis lose its data (engine/epoch.py: the data
+    epoch marker vanished or changed), until it is restarted."""
     try:
         engine = get_engine()
         engine.redis.ping()
         loaded = wq.ensure_scripts(engine)
+        engine.data_epoch.adopt()  # the first look of this process; later ones verify
     except (redis.RedisError, RuntimeError, AppError) as e:
         log.warning("not ready: %s", e)
         return error_response(503, "not_ready", f"Redis is not ready: {e}"[:300])
+    if engine.data_epoch.lost:
+        return error_response(503, "redis_data_lost", engine.data_epoch.lost)
     return jsonify(status="ok", scripts=len(wq.script_shas()), loaded_now=loaded)

@@ -19,6 +19,8 @@ Families (all labelled by ``queue``):
   day; from sum and count, ``rate(..._sum[5m]) / rate(..._count[5m])`` is the mean over any window.
 - ``ghostless_breaker_state{upstream}``: 0 closed, 1 half-open, 2 open (gauge).
 - ``ghostless_queue_draining``: 1 while a queue is draining (gauge).
+- ``ghostless_redis_data_lost`` (no labels): 1 once this web process has seen Redis lose its data
+  (the data epoch marker vanished or changed, engine/epoch.py), until it is restarted (gauge).
 
 Access: operators scrape without a user token, and the numbers name queues, task types and
 error kinds, so /metrics is closed by default. It answers to ``Authorization: Bearer
@@ -106,7 +108,10 @@ class EngineCollector:
         drained = set(engine.draining())
         for q in queues:
             draining.add_metric([q], 1 if q in drained else 0)
-        yield from (tasks, entered, failures, *counters.values(), in_state, in_stage, breakers, draining)
+        engine.data_epoch.adopt()
+        lost = GaugeMetricFamily("ghostless_redis_data_lost", "1 once this process has seen Redis lose its data")
+        lost.add_metric([], 1 if engine.data_epoch.lost else 0)
+        yield from (tasks, entered, failures, *counters.values(), in_state, in_stage, breakers, draining, lost)
 
 
 def _check_access() -> None:

@@ -52,16 +52,21 @@ local function place(K, t, from, to, score, now, passing)
   -- A PENDING task waiting on parents sits in the waiting set instead of the dispatch set.
   if from == 'PENDING' then redis.call('ZREM', K.waiting, id) end
   if to == 'PENDING' and t.waiting_on == '1' then new = 'waiting' end
-  -- The line workers take QUEUED tasks in: priority first (higher first), then dispatch order.
+  -- The line workers take QUEUED tasks in: priority first (higher first), then dispatch order,
+  -- except that a task returning from a lost attempt (t.front) goes to the head of its priority.
   if from == 'QUEUED' then redis.call('ZREM', K.ready, id) end
   if to == 'QUEUED' then
-    local seq = redis.call('HINCRBY', K.counts, 'dispatch_seq', 1)
+    local seq = PRIORITY_SPAN / 2 + redis.call('HINCRBY', K.counts, 'dispatch_seq', 1)
+    if t.front then seq = PRIORITY_SPAN / 2 - redis.call('HINCRBY', K.counts, 'front_seq', 1) end
     redis.call('ZADD', K.ready, -tonumber(t.priority or 0) * PRIORITY_SPAN + seq, id)
   end
   if old and old ~= new then redis.call('ZREM', K[old], id) end
   if from and TERMINAL[from] then redis.call('ZREM', K.expiry, id) end
   if new then
     redis.call('ZADD', K[new], score, id)
+    -- Due sooner than a sleeping sweeper may next look (engine/config.py WAKE_WITHIN): wake it, on
+    -- the channel named after the set (engine/sweep.py listens). Not for "due now": the caller acts.
+    if score > now and score - now < WAKE_WITHIN_MS then redis.call('PUBLISH', K[new], score) end
   elseif TERMINAL[to] and passing then
     redis.call('ZADD', K.expiry, now + CFG.retention_ms, id)  -- left again in the same script
   elseif TERMINAL[to] then

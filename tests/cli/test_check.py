@@ -27,9 +27,10 @@ def test_check_finds_a_task_missing_from_its_deadline_set_and_exits_1(engine, cl
 
 
 def test_check_reports_what_a_redis_crash_would_lose(engine, cli):
+    engine.submit("render", {"prompt": "a"}, owner="alice")
     report = json.loads(cli("check", "--json").stdout)
     assert report["healthy"] is True
-    assert len(report["server"]) == 1
+    assert len(report["server"]) == 2 and report["server"][1].startswith("data epoch ")
     if not isinstance(engine.redis, fakeredis.FakeRedis):  # the private redis-server: AOF off
         assert "Redis AOF is off" in report["server"][0]
         assert "redis: Redis AOF is off" in cli("check").stdout
@@ -44,3 +45,22 @@ def test_check_reports_progress_batch_by_batch(engine, monkeypatch):
     seen = []
     assert check_mod.check(engine, progress=lambda queue, n: seen.append((queue, n))) == []
     assert seen == [("images", 4), ("images", 4), ("images", 2)]
+
+
+def test_check_after_redis_restarted_without_persistence_exits_1_instead_of_healthy(private_redis, monkeypatch,
+                                                                                   cli):
+    from tests.apps import ops
+
+    server = private_redis()
+    monkeypatch.setenv("GHOSTLESS_APP", "tests.apps.ops:engine")
+    monkeypatch.setenv("GHOSTLESS_TEST_NS", ops.NAMESPACE)
+    monkeypatch.delenv("GHOSTLESS_TEST_FAKE", raising=False)
+    monkeypatch.setenv("GHOSTLESS_REDIS_URL", server.url)
+    engine = ops.build(server.client())
+    engine.submit("render", {"prompt": "a"}, owner="alice")
+    assert cli("check").exit_code == 0
+    server.restart()  # AOF and RDB off: everything is gone
+    result = cli("check")
+    assert result.exit_code == 1, result.output
+    assert "no ghostless data marker" in result.stdout and "healthy" not in result.stdout
+    assert json.loads(cli("check", "--json").stdout)["healthy"] is False

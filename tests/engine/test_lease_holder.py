@@ -6,6 +6,7 @@ counted, recorded as "stale" and changes nothing else) for each of them.
 import pytest
 
 from engine import LeaseLost, State, TaskCancelled, TaskNotFound
+from engine.errors import AttemptEnded
 from tests.support.snapshots import (
     HOLDER_CALLS, assert_only_stale_recorded, claimed, ghost_lease, queue_snapshot, raw_task, reclaimed, snapshot,
 )
@@ -134,7 +135,7 @@ def test_holder_call_with_a_stale_token_is_refused_counted_and_recorded_and_chan
     assert engine.check() == []
 
 
-@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("verb", [v for v in VERBS if v != "heartbeat"])  # heartbeat: below
 def test_holder_call_after_the_task_ended_is_lease_lost(engine, verb):
     task, lease = claimed(engine)
     engine.complete(lease, {"done": True})
@@ -143,6 +144,39 @@ def test_holder_call_after_the_task_ended_is_lease_lost(engine, verb):
         HOLDER_CALLS[verb](engine, lease)
     assert err.value.state == State.SUCCESS
     assert_only_stale_recorded(engine, before, task.id, verb, lease.token)
+
+
+ENDINGS = {
+    "complete": (lambda e, lease: e.complete(lease, {"done": True}), State.SUCCESS),
+    "fail": (lambda e, lease: e.fail(lease, "boom", "it broke"), State.RETRY_WAITING),
+    "fail-for-good": (lambda e, lease: e.fail(lease, "boom", "it broke", retryable=False), State.FAILED),
+    "release": (lambda e, lease: e.release(lease, "shutdown"), State.PENDING),
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_a_heartbeat_arriving_after_its_own_attempt_ended_is_refused_quietly(engine, ending):
+    # A heartbeat still in flight as the worker reports the outcome: not a stale holder.
+    end, state = ENDINGS[ending]
+    task, lease = claimed(engine)
+    end(engine, lease)
+    before = snapshot(engine, task.id)
+    with pytest.raises(AttemptEnded) as err:
+        engine.heartbeat(lease)
+    assert (err.value.task_id, err.value.token, err.value.state) == (task.id, lease.token, state)
+    assert snapshot(engine, task.id) == before  # not counted, not in history nor the stream
+    assert engine.stats()["images"]["stale_rejections"] == 0
+    assert engine.check() == []
+
+
+def test_a_heartbeat_of_an_older_attempt_is_still_refused_counted_and_recorded(engine):
+    task, first, second = reclaimed(engine)  # the first attempt ended (released) before the second
+    engine.complete(second, {"done": True})
+    before = snapshot(engine, task.id)
+    with pytest.raises(LeaseLost) as err:
+        engine.heartbeat(first)
+    assert type(err.value) is LeaseLost and err.value.state == State.SUCCESS
+    assert_only_stale_recorded(engine, before, task.id, "heartbeat", first.token)
 
 
 @pytest.mark.parametrize("verb", ALL_VERBS)

@@ -29,9 +29,9 @@ def capture(engine, script: str, action: Callable) -> tuple[list, list]:
     seen = []
     real = engine.scripts.call
 
-    def spy(name, keys, args, client=None):
+    def spy(name, keys, args, client=None, via=None):
         if name != script:
-            return real(name, keys, args, client)
+            return real(name, keys, args, client, via)
         seen.append((list(keys), list(args)))
         raise _Captured
 

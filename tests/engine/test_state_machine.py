@@ -47,6 +47,7 @@ from engine import (
     TRANSITIONS, Backoff, Config, Engine, IdempotencyConflict, IllegalTransition, Lease, LeaseLost, Quota, QuotaExceeded,
     State, TaskCancelled, TaskNotFound, WrongDispatch,
 )
+from engine.errors import AttemptEnded
 from engine.keys import new_task_id
 from tests.support.fakes import FakeDispatcher
 from tests.support.wait import server_ms, wait_for_server_time
@@ -210,12 +211,14 @@ class TaskMachine(RuleBasedStateMachine):
         return m is not None and (admin or m.owner == by)
 
     def _holder_outcome(self, lease: Lease, verb: str) -> str:
-        """What a lease-holder call must do: ok | replay | missing | cancelled | lost."""
+        """What a lease-holder call must do: ok | replay | ended | missing | cancelled | lost."""
         m = self.model.get(lease.task_id)
         if m is None:
             return "missing"
         if verb in ENDING and m.ended == (lease.token, verb):
             return "replay"  # a resent complete/fail/release: reported, not done twice
+        if verb == "heartbeat" and m.ended and m.ended[0] == lease.token:
+            return "ended"  # in flight as its own attempt ended: refused quietly
         if m.status == R and lease.token == m.token:
             return "ok"
         if m.status == C and lease.token == m.token:
@@ -227,6 +230,12 @@ class TaskMachine(RuleBasedStateMachine):
             self._refused(lease.task_id, TaskNotFound, call)
             return
         m = self.model[lease.task_id]
+        if outcome == "ended":
+            stale = self._stale_count(m.queue)
+            err = self._refused(lease.task_id, AttemptEnded, call)
+            assert self._stale_count(m.queue) == stale, "the ended attempt's heartbeat was counted as stale"
+            assert err.state == m.status.value and err.token == lease.token
+            return
         m.stale_calls += 1
         exc = TaskCancelled if outcome == "cancelled" else LeaseLost
         err = self._refused(lease.task_id, exc, call, stale_queue=m.queue)

@@ -11,8 +11,12 @@ class FakeDispatcher:
         self.jobs: dict[str, str] = {}  # live jobs: dispatch id -> task id
         self.enqueued: list[tuple[str, str, str]] = []  # every enqueue: (task id, queue, dispatch id)
         self.priorities: dict[str, int] = {}  # dispatch id -> priority it was enqueued with
+        self.at_front: set[str] = set()  # dispatch ids enqueued at the head of their line
 
-    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float) -> None:
+    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float,
+                at_front: bool = False) -> None:
+        if at_front:
+            self.at_front.add(dispatch_id)
         self.jobs[dispatch_id] = task_id
         self.enqueued.append((task_id, queue, dispatch_id))
         self.priorities[dispatch_id] = priority

@@ -72,9 +72,8 @@ def running(pid: int) -> bool:
         return False
 
 
-def children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (from /proc; a work-horse is its own process group)."""
-    found = []
+def _processes():
+    """(pid, state, ppid, session) of every process, from /proc."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -84,9 +83,19 @@ def children(pid: int) -> list[int]:
             continue
         # the command name may contain spaces: fields after the last ')'
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid:
-            found.append(int(entry.name))
-    return found
+        yield int(entry.name), fields[0], int(fields[1]), int(fields[3])
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc; a work-horse is its own process group)."""
+    return [p for p, _, ppid, _ in _processes() if ppid == pid]
+
+
+def orphans(proc: "Proc") -> list[int]:
+    """Live processes of ``proc``'s session (its work-horses included) whose parent is no longer
+    ``proc``: work-horses left behind by a worker."""
+    return [p for p, state, ppid, sid in _processes()
+            if sid == proc.pid and p != proc.pid and ppid != proc.pid and state != "Z"]
 
 
 def start_worker(env: dict, app: str = "tests.apps.basic:engine", worker_class: str = "fork",

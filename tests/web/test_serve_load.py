@@ -181,7 +181,8 @@ def test_a_long_poll_whose_client_closed_frees_its_slot_at_once(start_web, serve
     wait_until(lambda: get(base, poll, token)[0] == 429, timeout=10, what="the first long-poll to hold the slot")
     waiting.close()
     # Before, the closed long-poll kept its thread and its slot for its whole 30 s.
-    wait_until(lambda: get(base, poll, token)[0] == 200, timeout=3, what="the slot to be free again")
+    # (It looks every 0.5 s; the bound leaves room for a loaded machine, far below the 30 s.)
+    wait_until(lambda: get(base, poll, token)[0] == 200, timeout=6, interval=0.05, what="the slot to be free again")
 
 
 @pytest.mark.parametrize("server", ["gthread", "gevent"])

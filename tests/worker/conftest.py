@@ -16,6 +16,7 @@ import pytest
 from engine import Engine
 from tests.apps import basic
 from tests.support.procs import Proc, app_env, start_sweeper, start_worker
+from tests.support.proxy import CutProxy
 from tests.worker.helpers import LEASE, NS
 
 
@@ -30,6 +31,14 @@ def pytest_runtest_makereport(item, call):
 def server(private_redis):
     """A redis-server owned by this test (AOF on, fsync always: a restart loses nothing)."""
     return private_redis(appendonly=True, appendfsync="always")
+
+
+@pytest.fixture
+def proxy(server):
+    """A TCP proxy in front of the test's Redis whose link the test can cut."""
+    made = CutProxy(server.port)
+    yield made
+    made.close()
 
 
 @pytest.fixture

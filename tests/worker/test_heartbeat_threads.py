@@ -5,6 +5,7 @@ import threading
 
 from engine import State
 from engine.context import TaskContext
+from engine.errors import AttemptEnded
 from engine.heartbeat import Heartbeat, _Beater
 from engine.models import Lease
 from engine.runner import execute
@@ -90,3 +91,24 @@ def test_a_forked_work_horse_starts_its_own_heartbeat_thread():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0  # 3: the child's attempt got no heartbeat
+
+
+class EndedEngine:
+    """Stands in for the engine: every heartbeat arrives after its attempt reported its outcome."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def heartbeat(self, lease):
+        self.calls += 1
+        raise AttemptEnded(lease.task_id, lease.token, "SUCCESS")
+
+
+def test_a_heartbeat_answered_by_its_own_ended_attempt_stops_beating_quietly(caplog):
+    engine = EndedEngine()
+    hb = attempt(engine, "q.00000000000000000005")
+    hb.start()
+    wait_until(lambda: engine.calls and hb._done.is_set(), 5, what="the heartbeat to stop")
+    assert engine.calls == 1
+    assert not hb.ctx.cancelled and not hb.lost  # not a lost lease: nothing to stop, nothing logged
+    assert "lease lost" not in caplog.text

@@ -5,8 +5,8 @@ from engine import Engine
 from engine.worker import build_worker
 
 
-@pytest.mark.slow
-def test_a_busy_worker_takes_higher_priority_first_then_first_in_first_out(redis_server):
+def line(redis_server):
+    """An engine on the flushed session Redis with one type, ``job``, that records who started."""
     client = redis_server.client()
     client.flushall()
     engine = Engine(client, namespace="prio")
@@ -16,6 +16,12 @@ def test_a_busy_worker_takes_higher_priority_first_then_first_in_first_out(redis
     def job(ctx, name):
         started.append(name)
 
+    return engine, started
+
+
+@pytest.mark.slow
+def test_a_busy_worker_takes_higher_priority_first_then_first_in_first_out(redis_server):
+    engine, started = line(redis_server)
     # Everything is queued before the worker starts: it is saturated from the first pop.
     for name, priority in [("low-1", -1), ("mid-1", 0), ("high-1", 3), ("mid-2", 0), ("high-2", 3), ("low-2", -1)]:
         engine.submit("job", {"name": name}, owner="alice", priority=priority)
@@ -23,3 +29,16 @@ def test_a_busy_worker_takes_higher_priority_first_then_first_in_first_out(redis
     assert build_worker(engine, worker_class="simple").work(burst=True, logging_level="WARNING")
     assert started == ["high-1", "high-2", "mid-1", "mid-2", "low-1", "low-2"]
     assert sorted(lines, key=lines.get) == started  # the positions predicted that order
+
+
+@pytest.mark.slow
+def test_a_reclaimed_task_is_the_next_job_of_its_priority_not_the_last(redis_server):
+    engine, started = line(redis_server)
+    lost = engine.submit("job", {"name": "lost"}, owner="alice")
+    engine.claim(lost.id, "a-worker-that-dies")  # its RQ job stays behind: refused when popped
+    for name, priority in [("mid-1", 0), ("mid-2", 0), ("high-1", 3), ("mid-3", 0), ("low-1", -1)]:
+        engine.submit("job", {"name": name}, owner="alice", priority=priority)
+    assert engine.reclaim(lost.id, by="ops").value == "QUEUED"
+    assert engine.get(lost.id).position == 1  # behind high-1 only
+    assert build_worker(engine, worker_class="simple").work(burst=True, logging_level="WARNING")
+    assert started == ["high-1", "lost", "mid-1", "mid-2", "mid-3", "low-1"]

@@ -38,13 +38,13 @@ def test_an_attempt_whose_heartbeats_are_refused_is_abandoned(engine, procs):
         # attempt ran on for its 30 s with nobody renewing or watching its lease.
         wait_until(lambda: "failed (3)" in worker.output() and "not reporting the outcome" in worker.output(),
                    3 * BEAT + LEASE + 3, what="the attempt abandoned")
-        # nothing could be written meanwhile (plain reads work; engine.get's MULTI/EXEC does not)
+        # nothing could be written meanwhile (reads work: tests/engine/test_read.py)
         assert engine.redis.hget(engine.keys.task(task.id).task, "status") == b"PROCESSING"
     assert logged(engine, task.id, "done") == []
 
 
 def test_the_sweeper_outlives_a_full_redis_and_reclaims_afterwards(engine, procs):
-    procs.worker("simple")
+    worker = procs.worker("simple")
     sweeper = procs.sweeper()
     task = engine.submit("sleepy", {"seconds": 2}, owner=OWNER)
     wait_logged(engine, task.id, "start")
@@ -54,9 +54,9 @@ def test_the_sweeper_outlives_a_full_redis_and_reclaims_afterwards(engine, procs
         # Past the lease: the sweeper tries to reclaim it while writes are refused.
         lease_until = int(engine.redis.hget(engine.keys.task(task.id).task, "lease_until"))
         wait_for_server_time(engine.redis, lease_until + 1000)
-    procs.worker("simple")  # RQ workers do not survive a full Redis: a fresh one
+    # The same worker runs attempt 2: it rode out the full Redis (tests/worker/test_redis_outage.py).
 
     done = wait_terminal(engine, task.id, timeout=6)
     assert (done.status, done.attempt) == (State.SUCCESS, 2), transitions(engine, task.id)
     assert "expire:PROCESSING->TIMEOUT:heartbeat_lost" in transitions(engine, task.id)
-    assert sweeper.alive()
+    assert sweeper.alive() and worker.alive()

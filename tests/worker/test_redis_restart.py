@@ -85,9 +85,10 @@ def test_an_attempt_is_abandoned_when_redis_hangs_and_rerun_when_it_is_back(engi
     wait_until(lambda: "sweeper started" in sweeper.output(), 10, what="the sweeper connected")
     server.proc.send_signal(signal.SIGSTOP)
     try:
-        # The heartbeat fails within the engine's socket timeout (10 s), not RQ's (minutes):
-        # the attempt is abandoned (stopped, its outcome never reported) while Redis is still silent.
-        wait_until(lambda: "stopping it by force (abandoned)" in worker.output(), 10 + LEASE + 5,
+        # Heartbeats time out within a third of the lease (their own client), not after RQ's
+        # timeout (minutes) or the engine client's (10 s): the attempt is abandoned (stopped, its
+        # outcome never reported) within lease + grace, while Redis is still silent.
+        wait_until(lambda: "stopping it by force (abandoned)" in worker.output(), LEASE + LEASE + 5,
                    what="the attempt abandoned by its heartbeat thread")
     finally:
         server.proc.send_signal(signal.SIGCONT)

@@ -1,0 +1,52 @@
+"""A sleeping sweeper is woken by a deadline set sooner than its next look (lua/lib/record.lua
+publishes it; engine/sweep.py Wake listens), so a short retry is promoted when it is due, not at
+the sweeper's next wake-up."""
+import threading
+
+from engine.sweep import run_sweeper
+from tests.support.snapshots import claimed
+from tests.support.wait import wait_until
+
+
+def messages(pubsub, n_max=10):
+    out = []
+    for _ in range(n_max):
+        m = pubsub.get_message(timeout=0.05)
+        if m is None:
+            break
+        out.append(m)
+    return [m for m in out if m["type"] == "pmessage"]
+
+
+def test_a_retry_due_sooner_than_the_wake_window_is_announced_on_its_sets_channel(engine):
+    pubsub = engine.redis.pubsub()
+    pubsub.psubscribe(*engine.keys.deadline_channels())
+    wait_until(lambda: pubsub.get_message(timeout=0.05) is not None, 5, what="subscribed")
+    soon, _ = claimed(engine)
+    engine.fail(engine.claim(engine.submit("render", {"prompt": "x"}, owner="alice").id, "w2"), "boom",
+                retry_in=30)  # later than the window: no message
+    engine.fail(_, "boom", retry_in=0.3)
+    got = messages(pubsub)
+    k = engine.keys.task(soon.id)
+    assert [(m["channel"].decode(), int(float(m["data"]))) for m in got] == [
+        (k.retries, int(engine.redis.zscore(k.retries, soon.id)))]
+    pubsub.close()
+
+
+def test_a_sleeping_sweeper_promotes_a_short_retry_when_it_is_due_not_at_its_next_wake_up(engine):
+    task, lease = claimed(engine)
+    looks = []
+    due = engine.scripts.due
+    engine.scripts.due = lambda *a: looks.append(1) or due(*a)
+    stop = threading.Event()
+    sweeper = threading.Thread(target=run_sweeper, args=(engine,), kwargs={"interval": 60, "stop": stop})
+    sweeper.start()
+    try:
+        # The sweeper's tick saw only this lease (30 s away): it sleeps for 30 s.
+        wait_until(lambda: looks, 5, what="the sweeper's first look")
+        engine.fail(lease, "boom", retry_in=0.2)
+        wait_until(lambda: engine.get(task.id).status.value == "PENDING", 10, what="the retry promoted")
+    finally:
+        stop.set()
+        sweeper.join(10)
+    assert not sweeper.is_alive()

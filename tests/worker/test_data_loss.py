@@ -1,0 +1,27 @@
+"""Real worker and sweeper processes notice a Redis restarted without persistence (all data gone):
+each logs an error instead of carrying on as if an empty Redis were healthy (engine/epoch.py)."""
+import pytest
+
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def server(private_redis):
+    """AOF and RDB off: a restart loses everything."""
+    return private_redis()
+
+
+def test_a_worker_and_a_sweeper_log_an_error_when_redis_loses_its_data(engine, procs, server):
+    worker = procs.worker("simple")
+    sweeper = procs.sweeper()
+    marker = engine.keys.data_epoch()
+    wait_until(lambda: engine.redis.exists(marker), 10, what="the marker written by the first process")
+    wait_until(lambda: "sweeper started" in sweeper.output() and "Listening on" in worker.output(), 20,
+               what="both processes running")
+    server.restart()
+    for proc in (worker, sweeper):
+        wait_until(lambda: "Redis lost its data: the data epoch marker" in proc.output(), 20,
+                   what=f"{proc.args[3]}'s error")
+    assert worker.alive() and sweeper.alive()
