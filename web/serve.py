@@ -83,19 +83,23 @@ def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:
     from gunicorn.app.base import BaseApplication
 
     from .accesslog import RedactingLogger
-    from .threadworker import HeadFirstThreadWorker, client_timeout
+    from .threadworker import HeadFirstThreadWorker, client_timeout, supported
 
     try:
         client_timeout()  # a bad GHOSTLESS_CLIENT_TIMEOUT is refused here, not by each worker at boot
     except ValueError as e:
         raise RuntimeError(str(e)) from None
+    worker_class = HeadFirstThreadWorker if supported() else "gthread"
+    if not supported():
+        log.warning("gunicorn < 27: stock gthread workers, in which each half-sent request head holds a "
+                    "thread; install gunicorn >= 27 (requirements.txt pins it)")
 
     class App(BaseApplication):
         def load_config(self):
             # gthread accepts no more than worker_connections at once (default 1000), streams
             # included: leave room for every thread's stream plus short requests.
             settings = {"bind": f"{host}:{port}", "workers": workers, "threads": threads,
-                        "worker_class": HeadFirstThreadWorker, "worker_connections": max(1000, threads * 2),
+                        "worker_class": worker_class, "worker_connections": max(1000, threads * 2),
                         "timeout": 30, "graceful_timeout": 5, "keepalive": KEEPALIVE, "accesslog": "-",
                         "errorlog": "-", "logger_class": RedactingLogger}
             # gunicorn >= 27's control socket has one default path per user: two servers on

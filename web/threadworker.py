@@ -32,6 +32,14 @@ from gunicorn.workers.gthread import ThreadWorker
 CLIENT_TIMEOUT = 10.0
 
 
+def supported() -> bool:
+    """This worker builds on gunicorn 27's gthread internals (its event loop, TConn, deferred and
+    pending connections); older gunicorns (pyproject allows >= 22) get the stock gthread worker."""
+    import gunicorn
+
+    return tuple(gunicorn.version_info[:2]) >= (27, 0)
+
+
 def client_timeout() -> float:
     raw = os.environ.get("GHOSTLESS_CLIENT_TIMEOUT")
     try:

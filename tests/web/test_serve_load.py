@@ -232,3 +232,13 @@ def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
         if servers:
             servers[0].shutdown()
         serving.join(10)
+
+
+def test_gunicorns_older_than_27_get_the_stock_gthread_worker(monkeypatch):
+    import gunicorn
+
+    from web import threadworker
+
+    assert threadworker.supported()  # the pinned 27
+    monkeypatch.setattr(gunicorn, "version_info", (22, 0, 0))
+    assert not threadworker.supported()  # pyproject allows >= 22, whose internals differ
