@@ -171,7 +171,9 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
     token = producer.users.add("bench", admin=True)
     port = free_port()
     env = {**os.environ, "GHOSTLESS_REDIS_URL": server.url, "GHOSTLESS_SECRET_KEY": "bench", "PYTHONPATH": str(ROOT_DIR),
-           "GHOSTLESS_APP": "bench.sse:engine"}
+           "GHOSTLESS_APP": "bench.sse:engine",
+           # every subscriber is one user here: lift the per-user and per-process caps on streams
+           "GHOSTLESS_STREAMS_PER_USER": str(n), "GHOSTLESS_HELD_MAX": str(n + 8)}
     py = sys.executable
     if kind == "ghostless-gthread":
         args = [py, "-m", "engine", "web", "--app", "bench.sse:engine", "--port", str(port), "--workers", "1",

@@ -238,21 +238,14 @@ class Engine(LeaseCalls):
         return self.get_many([task_id], owner)[0]
 
     def get_many(self, task_ids: list[str], owner: str | None = None) -> list[Task | None]:
-        """Several tasks in one round trip (None for missing or foreign ones)."""
-        valid = [t for t in task_ids if parse_task_id(t) is not None]
-        pipe = self.redis.pipeline(transaction=True)
-        for task_id in valid:
-            k = self.keys.task(task_id)
-            pipe.hgetall(k.task).get(k.args).get(k.result).zrank(k.ready, task_id)
-        replies = iter(pipe.execute() if valid else [])
-        found = {}
-        for task_id in valid:
-            h, args, result, position = next(replies), next(replies), next(replies), next(replies)
-            if h:
-                task = Task.from_redis(h, args, result)
-                task.position = position
-                found[task_id] = task if owner is None or task.owner == owner else None
-        return [found.get(t) for t in task_ids]
+        """Several tasks in one round trip (None for missing or foreign ones).
+
+        The owner is checked first, inside one read-only script per queue (lua/read.lua): another
+        owner's task costs what a missing one does (its args and result are never read), and
+        the read works on a Redis at maxmemory.
+        """
+        read = self.scripts.read({t: self.keys.task(t) for t in task_ids if parse_task_id(t) is not None}, owner)
+        return [Task.from_reply(read[t]) if read.get(t) else None for t in task_ids]
 
     def list_tasks(self, owner: str | None = None, status: str | None = None, type: str | None = None,
                    queue: str | None = None, limit: int = 50, cursor: str | None = None):

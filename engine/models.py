@@ -96,6 +96,14 @@ class Task:
             overdue_at=_t(g.get("overdue_at")), escalated_at=_t(g.get("escalated_at")),
         )
 
+    @classmethod
+    def from_reply(cls, entry: list) -> "Task":
+        """A task from its lua/read.lua entry: [hash fields as a flat list, args, result, place in line, ...]."""
+        flat, args, result, position = entry[:4]
+        task = cls.from_redis(dict(zip(flat[::2], flat[1::2])), args, result)
+        task.position = position
+        return task
+
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
         d["status"] = self.status.value

@@ -25,7 +25,7 @@ from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
 LIBS = ("time", "task", "record", "lease", "backoff", "breaker", "quota")  # order matters: later ones use earlier ones
 SCRIPTS = ("submit", "dispatch", "claim", "heartbeat", "stage", "progress", "checkpoint", "complete",
-           "fail", "release", "expire", "promote", "park", "resolve", "cancel", "edit", "retry", "purge", "overdue", "due")
+           "fail", "release", "expire", "promote", "park", "resolve", "cancel", "edit", "retry", "purge", "overdue", "due", "read")
 
 
 def _lua_set(items) -> str:
@@ -171,6 +171,28 @@ class Scripts:
         """Ids due now in each of ``sets`` (a batch each), and ms until the earliest deadline (-1: none)."""
         reply = self.call("due", sets, [batch])
         return reply[2:-1], int(reply[-1])
+
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def read(self, task_keys: dict[str, TaskKeys], owner: str | None, full: bool = False) -> dict[str, list]:
+        """Tasks by id (lua/read.lua): ``[hash fields, args, result, place in line]`` (with ``full``,
+        then history entries and the queue stream's newest id), or ``[]`` for a missing task or one
+        not ``owner``'s (None: anyone's), whose args, result and history are never read.
+
+        One atomic script per queue, all in one round trip without MULTI/EXEC, so it reads a
+        Redis at maxmemory too.
+        """
+        by_queue: dict[str, list[str]] = {}
+        for task_id, keys in task_keys.items():
+            by_queue.setdefault(parse_task_id(task_id), []).append(task_id)
+        head = ["1" if owner is None else "0", owner or "", "1" if full else "0"]
+        pipe = self.redis.pipeline(transaction=False)
+        for ids in by_queue.values():
+            self.call("read", [k for i in ids for k in task_keys[i]], [*head, *ids], client=pipe)
+        out = {}
+        for ids, reply in zip(by_queue.values(), pipe.execute() if by_queue else []):
+            out.update(zip(ids, parse(reply)[1:]))
+        return out
 
 
 RESOLVE_MARK = "!resolve"  # lua/lib/record.lua: finish()

@@ -94,20 +94,17 @@ def stream_may_be_trimmed(engine, queue: str, after: str) -> bool:
     return bool(first) and parse_stream_id(_s(first[0][0])) > parse_stream_id(after)
 
 
-def snapshot(engine, task_id: str):
+def snapshot(engine, task_id: str, owner: str | None = None):
     """(task or None, history, stream id of the queue's newest event) read atomically, so that
-    every event after that id is newer than the snapshot."""
-    queue = parse_task_id(task_id)
-    if queue is None:
+    every event after that id is newer than the snapshot. None for another owner's task than
+    ``owner`` (None: anyone's), found without reading its args, result or history; read-only, so
+    it works on a Redis at maxmemory (engine/scripts.py ``read``)."""
+    if parse_task_id(task_id) is None:
         return None, [], "0-0"
-    k = engine.keys.task(task_id)
-    pipe = engine.redis.pipeline(transaction=True)
-    pipe.hgetall(k.task).get(k.args).get(k.result).lrange(k.history, 0, -1).xrevrange(k.events, count=1)
-    h, args, result, history, last = pipe.execute()
-    if not h:
+    entry = engine.scripts.read({task_id: engine.keys.task(task_id)}, owner, full=True)[task_id]
+    if not entry:
         return None, [], "0-0"
-    return (Task.from_redis(h, args, result), [Event.from_json(e) for e in history],
-            _s(last[0][0]) if last else "0-0")
+    return Task.from_reply(entry), [Event.from_json(e) for e in entry[4]], entry[5]
 
 
 # -- users ----------------------------------------------------------------------------------------

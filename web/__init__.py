@@ -16,6 +16,12 @@
   (events per client), ``GHOSTLESS_BROKER_BLOCK_MS`` (XREAD block), ``GHOSTLESS_LONGPOLL_MAX``
   (s), ``GHOSTLESS_STUCK_AFTER`` (s a task may wait in PENDING/QUEUED before it counts as stuck),
   ``GHOSTLESS_DASHBOARD_CACHE`` (s the dashboard's shared numbers are reused across viewers).
+- Held requests (web/held.py): ``GHOSTLESS_STREAMS_PER_USER`` (8) open SSE streams and
+  ``GHOSTLESS_LONGPOLLS_PER_USER`` (8) waiting long-polls per user and process;
+  ``GHOSTLESS_HELD_MAX`` (200; web/serve.py sets it below the server's threads or connections)
+  of both together per process; ``GHOSTLESS_BUSY_RETRY_MS`` (10000): when a refused stream's
+  EventSource reconnects, and a refused long-poll's Retry-After. These four also come from the
+  environment variables of the same names (so ``ghostless web`` can set them).
 - ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes
   ``/metrics`` with; ``GHOSTLESS_METRICS_PUBLIC`` (else env ``GHOSTLESS_METRICS_PUBLIC=1``):
   serve /metrics to anyone. Without either, only admins may read it (web/metrics.py).
@@ -35,7 +41,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from engine.app import AppError
 
-from . import admin, api, auth, deps, errors, health, limits, metrics, pages, quotas, sse
+from . import admin, api, auth, deps, errors, health, held, limits, metrics, pages, quotas, sse
 
 log = logging.getLogger("ghostless.web")
 
@@ -55,8 +61,9 @@ DEFAULTS = {
     "GHOSTLESS_DASHBOARD_CACHE": 1.0,
     "GHOSTLESS_PROXIES": 0,
     **limits.DEFAULTS,
+    **held.DEFAULTS,
 }
-NUMBERS_FROM_ENV = ("GHOSTLESS_PROXIES", *limits.DEFAULTS)
+NUMBERS_FROM_ENV = ("GHOSTLESS_PROXIES", *limits.DEFAULTS, *held.DEFAULTS)
 
 
 def create_app(config: dict | None = None) -> Flask:
@@ -76,6 +83,7 @@ def create_app(config: dict | None = None) -> Flask:
     if hops := app.config["GHOSTLESS_PROXIES"]:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)
     deps.init_app(app)
+    held.init_app(app)
     errors.init_app(app)
     quotas.init_app(app)
     app.after_request(_json_headers)

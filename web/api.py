@@ -19,6 +19,7 @@ from .bodies import json_body
 from .broker import Dropped
 from .deps import get_broker, get_engine
 from .errors import ApiError
+from .held import CLIENT_CHECK, LONGPOLL, busy_retry_ms, client_gone, held
 from .quotas import quota_for
 
 bp = Blueprint("api", __name__, url_prefix="/api")
@@ -113,13 +114,21 @@ def get_task(task_id: str):
     wait = _number("wait", 0, math.inf)
     version = _number("version", 0, 2 ** 62, integer=True)
     if wait:
-        _wait_for_change(task_id, min(wait, current_app.config["GHOSTLESS_LONGPOLL_MAX"]), version)
+        release = held().acquire(LONGPOLL, g.caller.name)
+        if release is None:
+            _version(task_id)  # a 404 stays a 404
+            raise ApiError(429, "too_many_waits", "too many long-polls open: ask again after Retry-After seconds",
+                           {"Retry-After": str(max(1, math.ceil(busy_retry_ms() / 1000)))})
+        try:
+            _wait_for_change(task_id, min(wait, current_app.config["GHOSTLESS_LONGPOLL_MAX"]), version)
+        finally:
+            release()
     return jsonify(_visible_snapshot(task_id))
 
 
 def _visible_snapshot(task_id: str) -> dict:
-    task, history, _ = wq.snapshot(get_engine(), task_id)
-    if task is None or (_owner_filter() is not None and task.owner != g.caller.name):
+    task, history, _ = wq.snapshot(get_engine(), task_id, owner=_owner_filter())
+    if task is None:
         raise ApiError(404, "not_found", "task not found")
     return {"task": task_json(task), "history": [e.to_dict() for e in history]}
 
@@ -128,7 +137,9 @@ def _wait_for_change(task_id: str, wait: float, version: int | None) -> None:
     """Block until the task's version is not ``version``, or ``wait`` seconds pass.
 
     Waits on the process's SSE broker (no Redis call while waiting): subscribe first, then
-    read the version, so a change between the two is in the buffer.
+    read the version, so a change between the two is in the buffer. Returns early once the
+    client has closed its connection (looked at every CLIENT_CHECK seconds): its thread is free
+    at once, not after ``wait``.
     """
     broker = get_broker()
     sub = broker.subscribe(lambda ev: ev["task_id"] == task_id)
@@ -141,12 +152,12 @@ def _wait_for_change(task_id: str, wait: float, version: int | None) -> None:
             if remaining <= 0:
                 return
             try:
-                event = sub.next(remaining)
+                event = sub.next(min(remaining, CLIENT_CHECK))
             except Dropped:
                 return
-            if event is None:
+            if client_gone():
                 return
-            if event.get("version") != current:
+            if event is not None and event.get("version") != current:
                 current = _version(task_id)
     finally:
         broker.unsubscribe(sub)

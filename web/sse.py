@@ -25,10 +25,11 @@ from flask import Blueprint, Response, current_app, g, request
 from engine import web_queries as wq
 
 from .api import task_json
-from .auth import credential_check, require_user
+from .auth import CHECK_TTL, credential_check, require_user
 from .broker import Dropped
 from .deps import get_broker, get_engine
 from .errors import ApiError
+from .held import CLIENT_CHECK, STREAM, busy_retry_ms, client_gone, held
 from .positions import Positions
 
 bp = Blueprint("sse", __name__, url_prefix="/api")
@@ -70,6 +71,24 @@ def _stream(generator) -> Response:
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
+def _held_stream(make) -> Response:
+    """The stream ``make(gone)`` builds, holding one of the caller's stream slots until its
+    response closes; past a cap (web/held.py) a stream that tells EventSource to come back in
+    GHOSTLESS_BUSY_RETRY_MS and ends at once (a 200: an error status would make it give up)."""
+    release = held().acquire(STREAM, g.caller.name)
+    if release is None:
+        return _stream([format_comment("busy: too many open streams, retrying later"),
+                        format_event(retry=busy_retry_ms())])
+    try:
+        environ = request.environ
+        response = _stream(_ending_on_redis_errors(make(lambda: client_gone(environ))))
+    except BaseException:
+        release()
+        raise
+    response.call_on_close(release)
+    return response
+
+
 def _ending_on_redis_errors(events):
     """A stream that ends, rather than breaks, when Redis fails mid-stream: the browser then
     reconnects with Last-Event-ID and resumes once Redis is back."""
@@ -93,14 +112,16 @@ def task_events(task_id: str):
         raise ApiError(404, "not_found", "task not found")
     last = _last_event_id()
     last = last if wq.parse_stream_id(last) is not None else None
-    return _stream(_ending_on_redis_errors(task_stream(engine, get_broker(), task_id, last, *_settings(),
-                                                       still_valid=credential_check())))
+    still_valid = credential_check()
+    return _held_stream(lambda gone: task_stream(engine, get_broker(), task_id, last, *_settings(),
+                                                 still_valid=still_valid, gone=gone))
 
 
 def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: float, retry_ms: int,
-                still_valid=None):
+                still_valid=None, gone=None):
     """Snapshot (or replay after ``last_id``), then live events until a terminal state; ends early
-    once ``still_valid()`` (looked at every ``keepalive``) says the caller's credential is gone."""
+    once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client is
+    (see ``_live``)."""
     sub = broker.subscribe(lambda ev: ev["task_id"] == task_id)
     try:
         yield format_event(retry=retry_ms)
@@ -125,14 +146,7 @@ def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: fl
         if task.terminal:
             return
         sent = max(wq.parse_stream_id(position), wq.parse_stream_id(last_id or "0-0"))
-        revoked = _revocation_check(still_valid, min(keepalive, CREDENTIAL_CHECK))
-        while True:
-            try:
-                ev = sub.next(keepalive)
-            except Dropped:
-                return  # the client reconnects with Last-Event-ID and replays the rest
-            if revoked():
-                return
+        for ev in _live(sub, keepalive, still_valid, gone):
             if ev is None:
                 yield format_comment("keep-alive")
                 continue
@@ -153,14 +167,16 @@ def all_events():
     if positions is not None and positions.later_than(wq.server_ms(get_engine().redis)):
         positions = None  # not an id we sent: start afresh rather than skip events until then
     owner = None if g.caller.admin else g.caller.name
-    return _stream(_ending_on_redis_errors(feed_stream(get_engine(), get_broker(), owner, positions,
-                                                       *_settings(), still_valid=credential_check())))
+    engine, broker, still_valid = get_engine(), get_broker(), credential_check()
+    return _held_stream(lambda gone: feed_stream(engine, broker, owner, positions, *_settings(),
+                                                 still_valid=still_valid, gone=gone))
 
 
 def feed_stream(engine, broker, owner: str | None, positions: Positions | None, keepalive: float,
-                retry_ms: int, still_valid=None):
+                retry_ms: int, still_valid=None, gone=None):
     """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live;
-    ends once ``still_valid()`` (looked at every ``keepalive``) says the caller's credential is gone."""
+    ends once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client
+    is (see ``_live``)."""
     def visible(ev: dict) -> bool:
         return owner is None or ev["owner"] == owner
 
@@ -176,14 +192,7 @@ def feed_stream(engine, broker, owner: str | None, positions: Positions | None, 
                     if visible(ev):
                         positions.advance(queue, ev["stream_id"])
                         yield format_event(str(positions), ev["kind"], ev)
-        revoked = _revocation_check(still_valid, min(keepalive, CREDENTIAL_CHECK))
-        while True:
-            try:
-                ev = sub.next(keepalive)
-            except Dropped:
-                return
-            if revoked():
-                return
+        for ev in _live(sub, keepalive, still_valid, gone):
             if ev is None:
                 yield format_comment("keep-alive")
             elif positions.is_new(ev["queue"], ev["stream_id"]):
@@ -194,6 +203,28 @@ def feed_stream(engine, broker, owner: str | None, positions: Positions | None, 
 
 
 CREDENTIAL_CHECK = 2.0  # s: an open stream ends this soon after its token is revoked or its session ends
+
+
+def _live(sub, keepalive: float, still_valid=None, gone=None):
+    """The subscriber's events as they come, and None whenever ``keepalive`` seconds passed
+    without one (time for a keep-alive comment). Ends when the subscriber is dropped (the client
+    reconnects with Last-Event-ID and replays the rest), when ``gone()`` says the client has
+    left (looked at every CLIENT_CHECK), or when the caller's credential is gone: asked every
+    CREDENTIAL_CHECK - CHECK_TTL seconds, and auth caches an answer CHECK_TTL, so an idle stream
+    ends within CREDENTIAL_CHECK of a revocation or logout, whatever the keep-alive interval."""
+    every = max(0.05, CREDENTIAL_CHECK - CHECK_TTL)
+    revoked = _revocation_check(still_valid, every)
+    quiet_until = time.monotonic() + keepalive
+    while True:
+        try:
+            ev = sub.next(max(0.0, min(every, CLIENT_CHECK, quiet_until - time.monotonic())))
+        except Dropped:
+            return
+        if revoked() or (gone is not None and gone()):
+            return
+        if ev is not None or time.monotonic() >= quiet_until:
+            quiet_until = time.monotonic() + keepalive
+            yield ev
 
 
 def _revocation_check(still_valid, every: float):

@@ -9,11 +9,11 @@ import re
 import pytest
 
 from engine.errors import Code
-from engine.scripts import LIBS, LUA_DIR, SCRIPTS, source
+from engine.scripts import LIBS, LUA_DIR, SCRIPTS, needed_libs, source
 from engine.states import State, TERMINAL, TRANSITIONS
 
 LUA_FILES = sorted(p.stem for p in LUA_DIR.glob("*.lua"))
-NOT_TRANSITIONS = {"purge", "overdue", "due"}  # they act on tasks but move none along the state machine
+NOT_TRANSITIONS = {"purge", "overdue", "due", "read"}  # they act on (or read) tasks but move none along the state machine
 # What lua/lib/lease.lua's check_lease may return: REPLAYED only to ending verbs (complete, fail, release).
 LIB_CHECK_LEASE = set(re.findall(r"\bC\.([A-Z_]+)", (LUA_DIR / "lib" / "lease.lua").read_text())) - {"REPLAYED"}
 # What lua/lib/quota.lua's quota_check may return.
@@ -96,8 +96,9 @@ def test_purge_header_goes_from_the_terminal_states_to_none():
     assert states(fields["To"]) == set()
 
 
-def test_due_header_goes_from_none_to_none():
-    fields, _ = split("due")
+@pytest.mark.parametrize("name", ["due", "read"])
+def test_read_only_headers_go_from_none_to_none(name):
+    fields, _ = split(name)
     assert states(fields["From"]) == states(fields["To"]) == set()
 
 
@@ -150,5 +151,7 @@ def test_every_argv_the_body_reads_is_documented_in_the_header(name):
 @pytest.mark.parametrize("name", LUA_FILES)
 def test_loaded_source_is_preamble_libs_then_the_script(name):
     text = source(name)
-    assert text.index("local C = {") < text.index("local function now_ms") < text.index(f"-- lua/{name}.lua")
+    assert text.index("local C = {") < text.index(f"-- lua/{name}.lua")
+    if "time" in needed_libs(name):  # lua/read.lua, reading no clock, needs no lib
+        assert text.index("local C = {") < text.index("local function now_ms") < text.index(f"-- lua/{name}.lua")
     assert text.endswith((LUA_DIR / f"{name}.lua").read_text())

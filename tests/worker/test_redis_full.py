@@ -38,7 +38,7 @@ def test_an_attempt_whose_heartbeats_are_refused_is_abandoned(engine, procs):
         # attempt ran on for its 30 s with nobody renewing or watching its lease.
         wait_until(lambda: "failed (3)" in worker.output() and "not reporting the outcome" in worker.output(),
                    3 * BEAT + LEASE + 3, what="the attempt abandoned")
-        # nothing could be written meanwhile (plain reads work; engine.get's MULTI/EXEC does not)
+        # nothing could be written meanwhile (reads work: tests/engine/test_read.py)
         assert engine.redis.hget(engine.keys.task(task.id).task, "status") == b"PROCESSING"
     assert logged(engine, task.id, "done") == []
 
