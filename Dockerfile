@@ -15,13 +15,17 @@ WORKDIR /app
 COPY requirements.txt ./
 RUN pip install -r requirements.txt
 
-COPY pyproject.toml README.md worker.py ./
-COPY engine ./engine
-COPY lua ./lua
-COPY web ./web
-# The `ghostless` command; the code itself runs from /app (PYTHONPATH).
-RUN pip install --no-deps . \
+# ghostless itself is installed (one import name, `ghostless`) from a build copy that is then removed:
+# /app holds no engine/ or web/ folder to shadow a user's modules of those names.
+COPY pyproject.toml README.md /src/
+COPY engine /src/engine
+COPY lua /src/lua
+COPY web /src/web
+RUN pip install --no-deps /src \
+    && rm -rf /src \
     && useradd --create-home --uid 10001 ghostless
+# `python worker.py --app ...` works in the image too (it imports the installed ghostless).
+COPY worker.py ./
 
 USER ghostless
 EXPOSE 8000

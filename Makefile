@@ -13,10 +13,11 @@ MIN_TESTS := tests/engine/test_submit.py tests/engine/test_claim.py tests/engine
 
 .PHONY: test demo bench chaos check-min clean
 
-$(STAMP): requirements.txt requirements-test.txt
+$(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt -r requirements-test.txt
+	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
 # The whole suite on the pinned versions, then the lowest supported ones (check-min).
@@ -24,10 +25,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory check-min
 
-$(MIN_STAMP): requirements-min.txt requirements-test.txt
+$(MIN_STAMP): requirements-min.txt requirements-test.txt pyproject.toml
 	test -x $(MIN_VENV)/bin/python || $(PY) -m venv $(MIN_VENV)
 	$(MIN_VENV)/bin/pip install -q --upgrade pip
 	$(MIN_VENV)/bin/pip install -q -r requirements-min.txt -r requirements-test.txt
+	$(MIN_VENV)/bin/pip install -q --no-deps -e .
 	touch $(MIN_STAMP)
 
 # pyproject.toml's lower bounds hold: the core tests pass on exactly those versions.
@@ -35,7 +37,7 @@ check-min: $(MIN_STAMP)
 	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(MIN_TESTS)
 
 demo: $(STAMP)
-	$(BIN)/python -m engine.demo $(ARGS)
+	$(BIN)/python -m ghostless.demo $(ARGS)
 
 # Every benchmark, each beside its baseline, written to docs/benchmarks.md (several minutes; installs the
 # pyproject [bench] extras: flask-sse and gevent for bench/sse.py).

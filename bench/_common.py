@@ -27,16 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine import Engine  # noqa: E402
-from engine.models import Lease  # noqa: E402
-from engine.scripts import parse  # noqa: E402
+from ghostless import Engine  # noqa: E402
+from ghostless.core.models import Lease  # noqa: E402
+from ghostless.core.scripts import parse  # noqa: E402
 from tests.support.redis_server import RedisServer, redis_server_path  # noqa: E402
 from tests.support.wait import server_ms, wait_for_server_time  # noqa: E402
 
 # The payload of every bench task: ~114 B of args JSON, ~115 B of result JSON.
 ARGS = {"prompt": "a" * 100}
 RESULT = {"url": "https://example.invalid/" + "b" * 80}
-# The persistence ghostless recommends (engine/server.py): AOF, fsync every second. Automatic AOF
+# The persistence ghostless recommends (engine/core/server.py): AOF, fsync every second. Automatic AOF
 # rewrites are off so that a background rewrite (a fork copying the dataset) never lands in a timing.
 AOF_EVERYSEC = ("--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0")
 SCRIPT_COMMANDS = ("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 
-from engine import Engine
+from ghostless import Engine
 
 engine = Engine.from_url(namespace=os.environ.get("GHOSTLESS_BENCH_NS", "bench"))
 

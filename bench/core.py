@@ -32,7 +32,7 @@ from bench._common import (  # noqa: E402
     parse, persistence, pipelined_lifecycles, private_redis, reset_stats, script_stats, server_cpu, submit_call,
     verdict, verify_shim,
 )
-from engine.scripts import source  # noqa: E402
+from ghostless.core.scripts import source  # noqa: E402
 
 ROUNDS = 7
 BATCH = 100

@@ -41,7 +41,7 @@ def engine():
     """
     import redis
 
-    from engine import Engine
+    from ghostless import Engine
 
     pool = redis.BlockingConnectionPool.from_url(os.environ["GHOSTLESS_REDIS_URL"], max_connections=32, timeout=30,
                                                  socket_timeout=10)

@@ -32,7 +32,7 @@ from bench._common import (  # noqa: E402
     parse, persistence, pipelined_lifecycles, private_redis, reset_stats, script_stats, server_cpu, server_ms,
     submit_call, verdict, verify_shim, wait_for_server_time,
 )
-from engine.config import Config  # noqa: E402
+from ghostless.core.config import Config  # noqa: E402
 
 BIG = 1_000_000
 BIG_SPLIT = {"PENDING": 800_000, "PROCESSING": 100_000, "SUCCESS": 100_000}

@@ -278,8 +278,8 @@ class StepTimer:
              ("run_task total", "runner", "run_task"))
 
     def __init__(self, engine):
-        import engine.heartbeat as hb_mod
-        import engine.runner as runner_mod
+        import ghostless.execution.heartbeat as hb_mod
+        import ghostless.execution.runner as runner_mod
         self.total = collections.Counter()
         self._undo = []
         owners = {"engine": engine, "heartbeat": hb_mod.Heartbeat, "runner": runner_mod}
@@ -314,7 +314,7 @@ def profile(engine, r, n: int, with_cprofile: bool) -> dict:
     from rq import Queue, SimpleWorker
     from rq.serializers import JSONSerializer
 
-    from engine.worker import build_worker
+    from ghostless.execution.worker import build_worker
 
     for name, script in engine.scripts._scripts.items():  # noqa: SLF001 (naming EVALSHA calls)
         _SHA_NAMES[script.sha] = name

@@ -1,14 +1,14 @@
 """ghostless: a Redis-native task queue and lease engine."""
-from .config import Config
-from .engine import Engine
-from .errors import (
+from ghostless.core.config import Config
+from ghostless.core.engine import Engine
+from ghostless.core.errors import (
     BadArgs, BreakerOpen, Code, GhostlessError, IdempotencyConflict, IllegalTransition, LeaseLost, PermanentError,
     QuotaExceeded, RedisFull, RedisSetupError, TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType, WrongDispatch,
 )
-from .quota import Quota
-from .models import Event, Lease, Task
-from .registry import Backoff, Breaker, TaskType
-from .states import State, TERMINAL, TRANSITIONS
+from ghostless.core.quota import Quota
+from ghostless.core.models import Event, Lease, Task
+from ghostless.core.registry import Backoff, Breaker, TaskType
+from ghostless.core.states import State, TERMINAL, TRANSITIONS
 
 __all__ = [
     "BadArgs", "Backoff", "Breaker", "BreakerOpen", "Code", "Config", "Engine", "Event", "GhostlessError", "IdempotencyConflict", "IllegalTransition",

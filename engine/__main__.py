@@ -1,3 +1,3 @@
-from .cli import main
+from ghostless.cli.root import main
 
-main(prog_name="python -m engine")
+main(prog_name="python -m ghostless")

@@ -10,7 +10,7 @@ import os
 import fakeredis
 import pytest
 
-from engine import Backoff, Engine
+from ghostless import Backoff, Engine
 from tests.support.redis_server import RedisServer, redis_server_path
 
 REQUIRE_REAL = os.environ.get("REQUIRE_REAL_REDIS") == "1"

@@ -19,14 +19,14 @@ def test_demo_once_ends_with_every_task_terminal_and_none_lost():
 
 @pytest.mark.slow
 def test_demo_once_on_the_embedded_fakeredis_server_loses_no_task():
-    """What `make demo` runs where no redis-server is installed: engine.fakeserver, RQ 3.0 workers."""
+    """What `make demo` runs where no redis-server is installed: ghostless.demo.fakeserver, RQ 3.0 workers."""
     env = dict(os.environ, GHOSTLESS_DEMO_SPEED="0.3", PYTHONPATH=str(ROOT), GHOSTLESS_DEMO_REDIS="fake")
     out = _demo_once(env)
     assert "Redis is an embedded fakeredis server" in out
 
 
 def _demo_once(env: dict) -> str:
-    run = subprocess.run([sys.executable, "-m", "engine.demo", "--once", "--tasks", "8", "--timeout", "90"],
+    run = subprocess.run([sys.executable, "-m", "ghostless.demo.run", "--once", "--tasks", "8", "--timeout", "90"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
@@ -55,7 +55,7 @@ def test_demo_serves_the_dashboard_with_a_login_link_and_stops_everything_it_sta
     log = tmp_path / "demo.log"
     env = dict(os.environ, GHOSTLESS_DEMO_SPEED="0.3", PYTHONPATH=str(ROOT))
     with open(log, "w") as out:
-        demo = subprocess.Popen([sys.executable, "-m", "engine.demo", "--port", str(port), "--tasks", "3"],
+        demo = subprocess.Popen([sys.executable, "-m", "ghostless.demo.run", "--port", str(port), "--tasks", "3"],
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: "log in:" in log.read_text(), timeout=60, what="the demo's login link")

@@ -1,15 +1,15 @@
 """Documentation that is generated from code stays equal to the code."""
 from pathlib import Path
 
-from engine.states import mermaid, table
+from ghostless.core.states import mermaid, table
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_lifecycle_doc_shows_the_transition_table_and_diagram_of_engine_states():
     doc = (ROOT / "docs" / "lifecycle.md").read_text()
-    assert table() in doc, "regenerate the table in docs/lifecycle.md from engine.states.table()"
-    assert f"```mermaid\n{mermaid()}\n```" in doc, "regenerate the diagram from engine.states.mermaid()"
+    assert table() in doc, "regenerate the table in docs/lifecycle.md from ghostless.core.states.table()"
+    assert f"```mermaid\n{mermaid()}\n```" in doc, "regenerate the diagram from ghostless.core.states.mermaid()"
 
 
 def test_readme_first_section_gives_the_two_setup_commands():

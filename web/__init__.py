@@ -25,7 +25,7 @@
 - ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes
   ``/metrics`` with; ``GHOSTLESS_METRICS_PUBLIC`` (else env ``GHOSTLESS_METRICS_PUBLIC=1``):
   serve /metrics to anyone. Without either, only admins may read it (web/metrics.py).
-- ``GHOSTLESS_QUOTA`` (else env of that name): every user's submit quota, engine.quota.WEB_DEFAULT
+- ``GHOSTLESS_QUOTA`` (else env of that name): every user's submit quota, ghostless.core.quota.WEB_DEFAULT
   unless set (a Quota, a dict / JSON object of its fields over the defaults, or None / ``off``);
   ``GHOSTLESS_QUOTA_CACHE`` (s a user's own limits are cached per process). web/quotas.py.
 """
@@ -39,7 +39,7 @@ from datetime import timedelta
 from flask import Flask, request
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from engine.app import AppError
+from ghostless.core.app import AppError
 
 from . import admin, api, auth, deps, errors, health, held, limits, metrics, pages, quotas, sse
 

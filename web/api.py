@@ -11,8 +11,8 @@ import time
 
 from flask import Blueprint, current_app, g, jsonify, request
 
-from engine import GhostlessError, State, Task
-from engine import web_queries as wq
+from ghostless import GhostlessError, State, Task
+from ghostless.web import queries as wq
 
 from .auth import require_user
 from .bodies import json_body

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
 
-from engine.users import User
-from engine.web_queries import token_digest, user_for_digest
+from ghostless.core.users import User
+from ghostless.web.queries import token_digest, user_for_digest
 
 from . import limits
 from .bodies import json_body

@@ -16,7 +16,7 @@ from typing import Callable
 
 import redis as redis_lib
 
-from engine.web_queries import MAX_SEQ, server_ms, stream_event
+from ghostless.web.queries import MAX_SEQ, server_ms, stream_event
 
 log = logging.getLogger("ghostless.web.broker")
 

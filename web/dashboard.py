@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 import time
 
-from engine import State
-from engine import web_queries as wq
+from ghostless import State
+from ghostless.web import queries as wq
 
 from . import charts
 from .friendly import duration

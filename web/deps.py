@@ -11,8 +11,8 @@ import threading
 
 from flask import Flask, current_app
 
-from engine import Engine
-from engine.app import load_app
+from ghostless import Engine
+from ghostless.core.app import load_app
 
 from .broker import Broker
 

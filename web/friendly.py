@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from engine import State, Task
+from ghostless import State, Task
 
 
 @dataclass

@@ -6,8 +6,8 @@ import logging
 import redis
 from flask import Blueprint, jsonify
 
-from engine import web_queries as wq
-from engine.app import AppError
+from ghostless.web import queries as wq
+from ghostless.core.app import AppError
 
 from .deps import get_engine
 from .errors import error_response
@@ -27,7 +27,7 @@ def readyz():
     """Redis answers and has every engine script cached (SCRIPT EXISTS). Scripts missing after
     a Redis restart or SCRIPT FLUSH are loaded here, as EVALSHA's NOSCRIPT fallback would do on
     first use; 503 when Redis cannot be reached or a script cannot be loaded, and 503
-    ``redis_data_lost`` once this process has seen Redis lose its data (engine/epoch.py: the data
+    ``redis_data_lost`` once this process has seen Redis lose its data (engine/core/epoch.py: the data
     epoch marker vanished or changed), until it is restarted."""
     try:
         engine = get_engine()

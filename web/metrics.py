@@ -20,7 +20,7 @@ Families (all labelled by ``queue``):
 - ``ghostless_breaker_state{upstream}``: 0 closed, 1 half-open, 2 open (gauge).
 - ``ghostless_queue_draining``: 1 while a queue is draining (gauge).
 - ``ghostless_redis_data_lost`` (no labels): 1 once this web process has seen Redis lose its data
-  (the data epoch marker vanished or changed, engine/epoch.py), until it is restarted (gauge).
+  (the data epoch marker vanished or changed, engine/core/epoch.py), until it is restarted (gauge).
 
 Access: operators scrape without a user token, and the numbers name queues, task types and
 error kinds, so /metrics is closed by default. It answers to ``Authorization: Bearer
@@ -36,7 +36,7 @@ from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from engine import State
+from ghostless import State
 
 from .auth import UNAUTHORIZED, current_user
 from .deps import get_engine
@@ -56,7 +56,7 @@ def _s(v) -> str:
 
 def time_totals(engine, queues: list[str]) -> dict[str, dict[str, int]]:
     """Per queue, the raw ``tis_*``/``stage_*`` totals (ms) and counts of its stats hash (the
-    fields engine/stats.py turns into means)."""
+    fields engine/core/stats.py turns into means)."""
     pipe = engine.redis.pipeline(transaction=False)
     for q in queues:
         pipe.hgetall(engine.keys.queue_key(q, "stats"))

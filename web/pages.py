@@ -18,8 +18,8 @@ import json
 
 from flask import Blueprint, current_app, g, redirect, render_template, request, session, url_for
 
-from engine import State
-from engine import web_queries as wq
+from ghostless import State
+from ghostless.web import queries as wq
 
 from . import dashboard as dash
 from .auth import current_user

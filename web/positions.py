@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 
-from engine.web_queries import parse_stream_id
+from ghostless.web.queries import parse_stream_id
 
 BASE_RE = re.compile(r"[0-9]{1,19}")
-QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # engine/keys.py's alphabet (fullmatch: no trailing newline)
+QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # engine/core/keys.py's alphabet (fullmatch: no trailing newline)
 MAX_QUEUES = 1000  # a Last-Event-ID listing more is not one we made
 
 

@@ -1,7 +1,7 @@
-"""Each web user's submit quota (engine/quota.py): the app's default with the user's own limits.
+"""Each web user's submit quota (engine/core/quota.py): the app's default with the user's own limits.
 
 ``GHOSTLESS_QUOTA`` (config; else env ``GHOSTLESS_QUOTA``, a JSON object of Quota fields over
-the defaults, or ``off``) is the default for every user, ``engine.quota.WEB_DEFAULT`` unless set;
+the defaults, or ``off``) is the default for every user, ``ghostless.core.quota.WEB_DEFAULT`` unless set;
 None (``off``) submits without limits. A user's record may override any field
 (``ghostless user quota NAME ...``); records are read at most every ``GHOSTLESS_QUOTA_CACHE``
 seconds per process, so a change takes effect within that.
@@ -15,7 +15,7 @@ import time
 
 from flask import Flask, current_app
 
-from engine.quota import WEB_DEFAULT, Quota, parse_overrides
+from ghostless.core.quota import WEB_DEFAULT, Quota, parse_overrides
 
 from .deps import get_engine
 

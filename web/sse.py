@@ -22,7 +22,7 @@ import time
 import redis
 from flask import Blueprint, Response, current_app, g, request
 
-from engine import web_queries as wq
+from ghostless.web import queries as wq
 
 from .api import task_json
 from .auth import CHECK_TTL, credential_check, require_user

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from engine import Backoff, Config, Engine, PermanentError
+from ghostless import Backoff, Config, Engine, PermanentError
 
 QUEUE = "work"
 LEASE = float(os.environ.get("GHOSTLESS_TEST_LEASE", "1.5"))

@@ -13,7 +13,7 @@ import os
 import fakeredis
 import redis
 
-from engine import Engine
+from ghostless import Engine
 from tests.conftest import register_test_types
 
 FAKE = fakeredis.FakeServer()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from engine import Engine
+from ghostless import Engine
 from tests.apps import basic
 
 _engine: Engine | None = None

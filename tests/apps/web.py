@@ -10,7 +10,7 @@ import os
 
 import fakeredis
 
-from engine import Engine
+from ghostless import Engine
 
 FAKE = fakeredis.FakeServer()
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 
-from engine import Backoff, Config, Engine, LeaseLost, PermanentError
+from ghostless import Backoff, Config, Engine, LeaseLost, PermanentError
 
 NS = os.environ.get("GHOSTLESS_CHAOS_NS", "chaos")
 LEASE = float(os.environ.get("GHOSTLESS_CHAOS_LEASE", "2.0"))

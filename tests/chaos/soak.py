@@ -64,8 +64,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine import Config, Engine, IllegalTransition, TaskNotFound  # noqa: E402
-from engine.states import State, TERMINAL  # noqa: E402
+from ghostless import Config, Engine, IllegalTransition, TaskNotFound  # noqa: E402
+from ghostless.core.states import State, TERMINAL  # noqa: E402
 from tests.chaos.app import register  # noqa: E402
 from tests.support.procs import Proc, app_env, start_sweeper, start_worker  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
@@ -302,7 +302,7 @@ class Soak:
         from rq import Queue
         from rq.serializers import JSONSerializer
 
-        from engine import rq_dispatch
+        from ghostless.execution import rq_dispatch
         # the RQ lists a ghostless worker pops, in its order (one per priority level, if the engine has them)
         names = (rq_dispatch.rq_queue_names(self.ns, QUEUE) if hasattr(rq_dispatch, "rq_queue_names")
                  else [rq_dispatch.rq_queue_name(self.ns, QUEUE)])
@@ -556,7 +556,7 @@ def _why_stuck(engine: Engine, tid: str, h: dict) -> str:
     from rq.exceptions import NoSuchJobError
     from rq.serializers import JSONSerializer
 
-    from engine import rq_dispatch
+    from ghostless.execution import rq_dispatch
     status, dispatch_id = h.get("status", ""), h.get("dispatch_id", "")
     if status != "QUEUED" or not dispatch_id:
         return f"{status} (dispatch {dispatch_id or 'none'})"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from engine.cli import main
+from ghostless.cli.root import main
 from tests.apps import ops
 
 

@@ -1,7 +1,7 @@
 """ghostless reclaim / retry-failed / drain: the admin operations from the command line."""
 import json
 
-from engine import State
+from ghostless import State
 from tests.cli.conftest import one_line_error
 
 

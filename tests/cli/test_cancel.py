@@ -1,7 +1,7 @@
 """ghostless cancel ID [--by NAME] [--reason TEXT]: as an admin, recorded in the history."""
 import json
 
-from engine import State
+from ghostless import State
 from tests.cli.conftest import one_line_error
 
 

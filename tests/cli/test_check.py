@@ -3,7 +3,7 @@ import json
 
 import fakeredis
 
-from engine import check as check_mod
+from ghostless.core import check as check_mod
 
 
 def test_check_of_a_healthy_redis_exits_0(engine, cli):

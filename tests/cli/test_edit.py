@@ -1,7 +1,7 @@
 """ghostless edit ID --args JSON [--by NAME]: the old task CANCELLED, a new one PENDING, linked."""
 import json
 
-from engine import State
+from ghostless import State
 from tests.cli.conftest import one_line_error
 
 

@@ -1,7 +1,7 @@
 """ghostless retry ID [--by NAME]: FAILED/TIMEOUT -> PENDING with fresh attempts, audited."""
 import json
 
-from engine import State
+from ghostless import State
 from tests.cli.conftest import one_line_error
 
 

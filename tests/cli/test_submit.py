@@ -1,7 +1,7 @@
 """ghostless submit TYPE --args JSON [--owner] [--idempotency-key] [--priority] [--delay]."""
 import json
 
-from engine import State
+from ghostless import State
 from tests.cli.conftest import one_line_error
 
 

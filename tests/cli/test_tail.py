@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from engine import tail as tail_mod
+from ghostless.cli import tail as tail_mod
 from tests.cli.conftest import one_line_error
 from tests.support.procs import Proc
 from tests.support.wait import server_ms, wait_for_server_time, wait_until

@@ -1,7 +1,7 @@
 """Manual operations for admins: reclaim a stuck task now, retry every FAILED of a type, drain a queue."""
 import pytest
 
-from engine import IllegalTransition, LeaseLost, State
+from ghostless import IllegalTransition, LeaseLost, State
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import sibling
 

@@ -3,8 +3,8 @@ naming the parameters), and in the worker, where args that cannot fit fail for g
 while a TypeError raised inside the function is retried like any other failure."""
 import pytest
 
-from engine import BadArgs, Engine, State
-from engine.runner import execute
+from ghostless import BadArgs, Engine, State
+from ghostless.execution.runner import execute
 
 
 @pytest.fixture

@@ -2,12 +2,12 @@
 
 Bad input is refused before any script runs (ValueError) and changes nothing; ids the engine
 did not make are TaskNotFound (never a key built from user input); illegal moves raise the
-typed errors of engine/errors.py with their context.
+typed errors of engine/core/errors.py with their context.
 """
 import pytest
 
-from engine import Config, Engine, IllegalTransition, LeaseLost, RedisSetupError, State, TaskCancelled, TaskNotFound
-from engine.server import check_server
+from ghostless import Config, Engine, IllegalTransition, LeaseLost, RedisSetupError, State, TaskCancelled, TaskNotFound
+from ghostless.core.server import check_server
 from tests.support.snapshots import claimed, sibling, snapshot
 
 NOT_IDS = ["nope", "../x", "images.XYZ", None, 123, "images.0123456789ABCDEF0123", "images.0123456789abcdef0123/x"]

@@ -1,7 +1,7 @@
 """Circuit breakers: counted by complete/fail, checked by claim, parked tasks keep their attempts."""
 import pytest
 
-from engine import Breaker, BreakerOpen, State
+from ghostless import Breaker, BreakerOpen, State
 from tests.support.wait import wait_for_server_time
 
 

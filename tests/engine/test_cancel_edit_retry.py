@@ -5,8 +5,8 @@ owner's task looks exactly like a missing one (TaskNotFound); admin=True may act
 """
 import pytest
 
-from engine import Code, IllegalTransition, LeaseLost, State, TaskCancelled, TaskNotFound
-from engine.keys import new_task_id
+from ghostless import Code, IllegalTransition, LeaseLost, State, TaskCancelled, TaskNotFound
+from ghostless.core.keys import new_task_id
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import GHOST, in_state, raw_task, sibling, snapshot
 

@@ -1,7 +1,7 @@
 """claim.lua: a worker takes a task's lease for a new attempt. One test per return code, then the rest."""
 import pytest
 
-from engine import Code, IllegalTransition, State, TaskNotFound, UnknownTaskType, WrongDispatch
+from ghostless import Code, IllegalTransition, State, TaskNotFound, UnknownTaskType, WrongDispatch
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import raw_task, sibling, snapshot
 from tests.support.wait import wait_for_server_time

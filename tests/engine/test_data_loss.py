@@ -1,12 +1,13 @@
-"""The data epoch (engine/epoch.py): a Redis that lost its data is noticed, a brand-new one is not
+"""The data epoch (engine/core/epoch.py): a Redis that lost its data is noticed, a brand-new one is not
 an alarm. Losses are played by a private redis-server restarted without persistence."""
 import logging
 import threading
 
 import pytest
 
-from engine import Engine, epoch
-from engine.sweep import run_sweeper
+from ghostless import Engine
+from ghostless.core import epoch
+from ghostless.core.sweep import run_sweeper
 from tests.conftest import register_test_types
 from tests.support.wait import wait_until
 

@@ -1,7 +1,7 @@
 """Due times: the sweeper records overdue, then escalated, once each, for unfinished tasks."""
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.support.wait import wait_for_server_time
 
 

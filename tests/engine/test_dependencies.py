@@ -1,8 +1,8 @@
 """depends_on: a child waits until every parent is SUCCESS; a parent that ends otherwise cancels it."""
 import pytest
 
-from engine import Config, IllegalTransition, State, UnknownTaskType
-from engine.errors import UnknownParent
+from ghostless import Config, IllegalTransition, State, UnknownTaskType
+from ghostless.core.errors import UnknownParent
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import sibling
 from tests.support.wait import wait_for_server_time

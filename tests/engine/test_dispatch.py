@@ -4,7 +4,7 @@ The executor is tests.support.fakes.FakeDispatcher (in memory).
 """
 import pytest
 
-from engine import Code, IllegalTransition, State, TaskNotFound
+from ghostless import Code, IllegalTransition, State, TaskNotFound
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import raw_task, sibling, snapshot
 

@@ -1,10 +1,10 @@
-"""The embedded demo Redis (engine/fakeserver.py) runs the engine's scripts and RQ 3.0 workers."""
+"""The embedded demo Redis (engine/demo/fakeserver.py) runs the engine's scripts and RQ 3.0 workers."""
 import redis
 from rq.serializers import JSONSerializer
 
-from engine import Engine
-from engine.fakeserver import serve
-from engine.worker import GhostlessSimpleWorker, GhostlessWorker
+from ghostless import Engine
+from ghostless.demo.fakeserver import serve
+from ghostless.execution.worker import GhostlessSimpleWorker, GhostlessWorker
 from tests.conftest import register_test_types
 from tests.support.redis_server import free_port
 

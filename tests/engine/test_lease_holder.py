@@ -5,8 +5,8 @@ counted, recorded as "stale" and changes nothing else) for each of them.
 """
 import pytest
 
-from engine import LeaseLost, State, TaskCancelled, TaskNotFound
-from engine.errors import AttemptEnded
+from ghostless import LeaseLost, State, TaskCancelled, TaskNotFound
+from ghostless.core.errors import AttemptEnded
 from tests.support.snapshots import (
     HOLDER_CALLS, assert_only_stale_recorded, claimed, ghost_lease, queue_snapshot, raw_task, reclaimed, snapshot,
 )

@@ -1,4 +1,4 @@
-"""Each lua/<verb>.lua header agrees with engine/states.py, engine/errors.py and its own body.
+"""Each lua/<verb>.lua header agrees with engine/core/states.py, engine/core/errors.py and its own body.
 
 A header is the script's leading ``--`` comment: one sentence, then ``From:``, ``To:``,
 ``KEYS``, ``ARGV`` and ``Returns:`` lines, any of which may continue on ``--   `` lines.
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from engine.errors import Code
-from engine.scripts import LIBS, LUA_DIR, SCRIPTS, needed_libs, source
-from engine.states import State, TERMINAL, TRANSITIONS
+from ghostless.core.errors import Code
+from ghostless.core.scripts import LIBS, LUA_DIR, SCRIPTS, needed_libs, source
+from ghostless.core.states import State, TERMINAL, TRANSITIONS
 
 LUA_FILES = sorted(p.stem for p in LUA_DIR.glob("*.lua"))
 NOT_TRANSITIONS = {"purge", "overdue", "due", "read"}  # they act on (or read) tasks but move none along the state machine

@@ -8,9 +8,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from engine import State, UnknownTaskType
-from engine.notify import REFUSED, TYPE, hand_off
-from engine.runner import execute
+from ghostless import State, UnknownTaskType
+from ghostless.core.notify import REFUSED, TYPE, hand_off
+from ghostless.execution.runner import execute
 
 SECRET = "s3cret-for-tests-0123456789"
 

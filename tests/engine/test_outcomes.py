@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from engine import Backoff, LeaseLost, State
+from ghostless import Backoff, LeaseLost, State
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import (
     HOLDER_CALLS, assert_only_stale_recorded, claimed, queue_snapshot, raw_task, sibling,

@@ -1,4 +1,4 @@
-"""Periodic tasks (engine/periodic.py): one task per period, from Redis time, whoever fires."""
+"""Periodic tasks (engine/periodic/schedules.py): one task per period, from Redis time, whoever fires."""
 from __future__ import annotations
 
 import logging
@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import fakeredis
 import pytest
 
-from engine import Engine, UnknownTaskType
-from engine.periodic import fire, fire_due, schedules, skipped_months
+from ghostless import Engine, UnknownTaskType
+from ghostless.periodic.schedules import fire, fire_due, schedules, skipped_months
 from tests.conftest import register_test_types
 
 

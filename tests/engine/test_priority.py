@@ -1,7 +1,7 @@
 """Priorities and the place in line: higher priority first (strictly), FIFO within a priority."""
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import sibling
 

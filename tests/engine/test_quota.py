@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from engine import Quota, QuotaExceeded, State
+from ghostless import Quota, QuotaExceeded, State
 from tests.support.wait import server_ms, wait_for_server_time
 
 

@@ -2,8 +2,8 @@
 else is read, and reads work on a Redis at maxmemory, which refuses MULTI/EXEC."""
 import pytest
 
-from engine import Engine, State
-from engine import web_queries as wq
+from ghostless import Engine, State
+from ghostless.web import queries as wq
 from tests.conftest import register_test_types
 from tests.support.snapshots import in_state
 
@@ -61,7 +61,7 @@ def test_a_snapshot_carries_history_and_the_queues_newest_event_id(engine):
 
 @pytest.mark.slow
 def test_reads_answer_normally_on_a_full_redis(private_redis):
-    from web import close_app, create_app
+    from ghostless.web import close_app, create_app
 
     server = private_redis()
     client = server.client()

@@ -3,7 +3,7 @@ typed error, RedisFull, with redis-py's OutOfMemoryError as its cause, and nothi
 import pytest
 import redis
 
-from engine import Config, Engine, GhostlessError, RedisFull, State
+from ghostless import Config, Engine, GhostlessError, RedisFull, State
 from tests.conftest import register_test_types
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import raw_task, snapshot

@@ -13,8 +13,8 @@ from typing import Callable
 
 import pytest
 
-from engine import Code, Config, State
-from engine.scripts import SCRIPTS
+from ghostless import Code, Config, State
+from ghostless.core.scripts import SCRIPTS
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import claimed, raw_task, sibling, snapshot
 from tests.support.wait import wait_for_server_time

@@ -8,8 +8,8 @@ import hashlib
 
 import pytest
 
-from engine import Engine, State
-from engine.scripts import source
+from ghostless import Engine, State
+from ghostless.core.scripts import source
 from tests.conftest import register_test_types
 from tests.support.wait import wait_for_server_time
 

@@ -1,11 +1,11 @@
-"""Start-up checks of persistence (engine/server.py): what a Redis crash would lose, said plainly."""
+"""Start-up checks of persistence (engine/core/server.py): what a Redis crash would lose, said plainly."""
 import logging
 
 import fakeredis
 import pytest
 
-from engine import Engine
-from engine.server import persistence_notes
+from ghostless import Engine
+from ghostless.core.server import persistence_notes
 
 
 def test_aof_off_warns_that_a_crash_loses_every_task(private_redis, caplog):

@@ -1,7 +1,7 @@
 """submit.lua: creating tasks, idempotency keys, bad input."""
 import pytest
 
-from engine import IdempotencyConflict, State, UnknownTaskType
+from ghostless import IdempotencyConflict, State, UnknownTaskType
 
 
 def test_submitted_task_waits_in_pending_in_the_dispatch_set(engine):

@@ -1,11 +1,11 @@
-"""expire.lua, promote.lua, purge.lua, due.lua and the sweeper tick (engine/sweep.py).
+"""expire.lua, promote.lua, purge.lua, due.lua and the sweeper tick (engine/core/sweep.py).
 
 One test per return code of each sweeper script. Time passes only on the Redis server clock:
 each test waits for a deadline read from the task, then sweeps.
 """
 import pytest
 
-from engine import Code, Config, LeaseLost, State, WrongDispatch
+from ghostless import Code, Config, LeaseLost, State, WrongDispatch
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import GHOST, claimed, raw_task, sibling, snapshot
 from tests.support.wait import server_ms, wait_for_server_time
@@ -312,7 +312,7 @@ def test_sweep_with_a_full_batch_of_tasks_it_cannot_move_still_returns(engine, m
 def test_a_sweeper_without_the_tasks_type_says_so_once_and_leaves_it_waiting(engine, caplog, monkeypatch):
     import logging
 
-    import engine.sweep as sweep_mod
+    import ghostless.core.sweep as sweep_mod
 
     monkeypatch.setattr(sweep_mod, "_warned_types", set())  # once per process: fresh for this test
     blind = sibling(engine, dispatcher=FakeDispatcher(), types=False)  # started before the type existed

@@ -1,9 +1,9 @@
-"""The sweeper's dispatches (engine/sweep.py, lua/dispatch.lua): one dispatch per due task however
+"""The sweeper's dispatches (engine/core/sweep.py, lua/dispatch.lua): one dispatch per due task however
 many sweepers race; a job known lost is looked at again within seconds; a task returning from a
 lost attempt goes to the head of its priority's line."""
 import redis
 
-from engine import Code, Config, State
+from ghostless import Code, Config, State
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import raw_task, sibling, snapshot
 from tests.support.wait import server_ms, wait_for_server_time

@@ -1,9 +1,9 @@
 """A sleeping sweeper is woken by a deadline set sooner than its next look (lua/lib/record.lua
-publishes it; engine/sweep.py Wake listens), so a short retry is promoted when it is due, not at
+publishes it; engine/core/sweep.py Wake listens), so a short retry is promoted when it is due, not at
 the sweeper's next wake-up."""
 import threading
 
-from engine.sweep import run_sweeper
+from ghostless.core.sweep import run_sweeper
 from tests.support.snapshots import claimed
 from tests.support.wait import wait_until
 

@@ -1,10 +1,10 @@
-"""An attempt run in this process (engine/runner.py: execute) whose engine calls fail because of
+"""An attempt run in this process (engine/execution/runner.py: execute) whose engine calls fail because of
 Redis: not the task's fault, so no attempt is consumed; the task's own redis-py errors stay its own."""
 import pytest
 import redis
 
-from engine import State
-from engine.runner import execute
+from ghostless import State
+from ghostless.execution.runner import execute
 from tests.support.snapshots import raw_task
 
 STALL = redis.TimeoutError("Timeout reading from socket")

@@ -1,4 +1,4 @@
-"""An in-memory executor for the engine's dispatch hook (engine/dispatch.py protocol)."""
+"""An in-memory executor for the engine's dispatch hook (engine/core/dispatch.py protocol)."""
 from __future__ import annotations
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from engine import Config, Engine, Lease, State
+from ghostless import Config, Engine, Lease, State
 from tests.conftest import register_test_types
 from tests.support.wait import wait_for_server_time
 

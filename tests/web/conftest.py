@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from web import close_app, create_app
+from ghostless.web import close_app, create_app
 
 TEST_CONFIG = {
     "TESTING": True,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 
-from engine import Engine, State
+from ghostless import Engine, State
 from tests.support.snapshots import GHOST, in_state
 from tests.support.wait import wait_until
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.support.snapshots import snapshot
 
 from .helpers import task_in

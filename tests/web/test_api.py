@@ -10,12 +10,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq import Worker
 
-from engine import Engine, State
-from engine.app import AppError
-from engine import web_queries as wq
+from ghostless import Engine, State
+from ghostless.core.app import AppError
+from ghostless.web import queries as wq
 from tests.support.redis_server import free_port
 from tests.support.wait import wait_for_server_time, wait_until
-from web import create_app
+from ghostless.web import create_app
 
 from .conftest import TEST_CONFIG
 

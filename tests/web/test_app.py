@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import State
+from ghostless import State
 
 from .helpers import GHOST, task_in
 

@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from engine import State
-from web import create_app
+from ghostless import State
+from ghostless.web import create_app
 
 from .conftest import TEST_CONFIG
 from .helpers import task_in
@@ -332,7 +332,7 @@ def test_tokens_issued_at_once_are_all_revoked_with_their_user(engine):
 
 
 def test_a_token_missing_from_its_users_record_is_refused_and_revoked_with_them(engine):
-    from engine.web_queries import token_digest
+    from ghostless.web.queries import token_digest
 
     engine.users.add("dave")
     orphan = "gl_" + "x" * 43  # as an unguarded concurrent add could leave one

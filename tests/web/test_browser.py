@@ -15,9 +15,9 @@ import threading
 
 import pytest
 
-from engine import Engine
+from ghostless import Engine
 from tests.conftest import REQUIRE_REAL, register_test_types
-from web import close_app, create_app
+from ghostless.web import close_app, create_app
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",

@@ -1,4 +1,4 @@
-"""``ghostless web`` and ``ghostless user add|list|revoke`` (engine/cli.py, web/serve.py)."""
+"""``ghostless web`` and ``ghostless user add|list|revoke`` (engine/cli/root.py, web/serve.py)."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ import fakeredis
 import pytest
 from click.testing import CliRunner
 
-from engine import Engine
-from engine.cli import main
+from ghostless import Engine
+from ghostless.cli.root import main
 from tests.apps import web as web_app
 from tests.conftest import register_test_types
 from tests.support.procs import ROOT, Proc
@@ -93,11 +93,11 @@ def test_commands_without_an_app_fail_in_one_line(monkeypatch):
 
 def test_web_without_gunicorn_serves_with_flasks_threaded_server_and_warns(cli, monkeypatch, caplog):
     run, engine = cli
-    import web.serve
+    import ghostless.web.serve
     from flask import Flask
 
     calls = []
-    monkeypatch.setattr(web.serve, "gunicorn_available", lambda: False)
+    monkeypatch.setattr(ghostless.web.serve, "gunicorn_available", lambda: False)
     monkeypatch.setattr(Flask, "run", lambda self, **kw: calls.append((self, kw)))
     result = run("web", "--app", APP, "--port", "8123")
     assert result.exit_code == 0, result.output
@@ -155,12 +155,12 @@ def _get(url, headers=None):
 @pytest.mark.parametrize("server", ["gthread", "gevent"])
 def test_several_web_processes_refuse_to_start_without_a_secret_key(cli, monkeypatch, server):
     run, _ = cli
-    import web.serve
+    import ghostless.web.serve
 
     started = []
     monkeypatch.delenv("GHOSTLESS_SECRET_KEY", raising=False)
-    monkeypatch.setattr(web.serve, "_gunicorn", lambda *args: started.append(args))
-    monkeypatch.setattr(web.serve, "_gevent", lambda *args: started.append(args))
+    monkeypatch.setattr(ghostless.web.serve, "_gunicorn", lambda *args: started.append(args))
+    monkeypatch.setattr(ghostless.web.serve, "_gevent", lambda *args: started.append(args))
     result = run("web", "--app", APP, "--workers", "2", "--server", server)
     assert result.exit_code == 2 and started == []
     assert "--workers 2 needs GHOSTLESS_SECRET_KEY" in result.output and "Traceback" not in result.output
@@ -169,10 +169,10 @@ def test_several_web_processes_refuse_to_start_without_a_secret_key(cli, monkeyp
 
 def test_one_web_process_or_a_shared_key_starts(cli, monkeypatch):
     run, _ = cli
-    import web.serve
+    import ghostless.web.serve
 
     started = []
-    monkeypatch.setattr(web.serve, "_gunicorn", lambda *args: started.append(args))
+    monkeypatch.setattr(ghostless.web.serve, "_gunicorn", lambda *args: started.append(args))
     monkeypatch.delenv("GHOSTLESS_SECRET_KEY", raising=False)
     assert run("web", "--app", APP, "--workers", "1").exit_code == 0
     monkeypatch.setenv("GHOSTLESS_SECRET_KEY", "shared")

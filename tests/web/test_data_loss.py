@@ -3,9 +3,9 @@ persistence): a 503 with a JSON reason and a gauge at 1, while /healthz still sa
 is up."""
 import pytest
 
-from engine import Engine
+from ghostless import Engine
 from tests.conftest import register_test_types
-from web import close_app, create_app
+from ghostless.web import close_app, create_app
 
 from .conftest import TEST_CONFIG
 

@@ -7,7 +7,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine import State
+from ghostless import State
 
 from .helpers import task_in
 

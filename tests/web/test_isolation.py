@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.support.snapshots import snapshot
 
 from .helpers import GHOST, task_in

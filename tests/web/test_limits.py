@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.app import AppError
+from ghostless.core.app import AppError
 from tests.support.wait import wait_until
 
 from .conftest import TEST_CONFIG
@@ -135,7 +135,7 @@ def test_limits_come_from_the_environment(make_app, monkeypatch):
 @pytest.mark.parametrize("setting", [{"GHOSTLESS_LOGIN_LIMIT": "ten"}, {"GHOSTLESS_BEARER_WINDOW": -1},
                                      {"GHOSTLESS_LOGIN_WINDOW": float("nan")}, {"GHOSTLESS_PROXIES": "1.5"}])
 def test_a_bad_limit_setting_is_refused_when_the_app_is_made(engine, setting):
-    from web import create_app
+    from ghostless.web import create_app
 
     name = next(iter(setting))
     with pytest.raises(AppError, match=name):

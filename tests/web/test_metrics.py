@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import Breaker, LeaseLost, State
+from ghostless import Breaker, LeaseLost, State
 from tests.support.wait import wait_for_server_time
 
 from .helpers import task_in

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import sibling
 from tests.support.wait import wait_for_server_time
@@ -212,14 +212,14 @@ def test_a_task_in_a_draining_queue_says_the_queue_is_paused(client, engine, aut
 @pytest.mark.parametrize("n, words", [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
                                       (13, "13th"), (21, "21st"), (102, "102nd"), (111, "111th")])
 def test_places_in_line_read_as_ordinals(n, words):
-    from web.friendly import ordinal
+    from ghostless.web.friendly import ordinal
 
     assert ordinal(n) == words
 
 
 # -- bidi control characters --------------------------------------------------------------------------
 def test_no_page_shows_a_bidi_control_character_from_a_tasks_text(client, engine, auth):
-    from web.friendly import BIDI_CONTROLS
+    from ghostless.web.friendly import BIDI_CONTROLS
 
     reversing = "gpj.\u202eexe.photo" + BIDI_CONTROLS  # reads "photo.exe.jpg" reversed, and every other control
     running = task_in(engine, State.PENDING)
@@ -239,7 +239,7 @@ def test_no_page_shows_a_bidi_control_character_from_a_tasks_text(client, engine
 
 def test_the_pages_script_strips_the_same_bidi_controls_as_the_templates():
     from tests.support.procs import ROOT
-    from web.friendly import BIDI_CONTROLS
+    from ghostless.web.friendly import BIDI_CONTROLS
 
     script = (ROOT / "web" / "static" / "app.js").read_text()
     pattern = re.search(r"const BIDI = /(\[[^\]]+\])/g;", script).group(1)  # same syntax in Python's re

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from web.positions import Positions
+from ghostless.web.positions import Positions
 
 queue = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
 stream_id = st.tuples(st.integers(0, 2 ** 63), st.integers(0, 2 ** 63)).map(lambda t: f"{t[0]}-{t[1]}")

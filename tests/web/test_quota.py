@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.quota import WEB_DEFAULT, Quota
+from ghostless.core.quota import WEB_DEFAULT, Quota
 
 
 def submit(client, headers, args=None, type="render"):

@@ -2,9 +2,9 @@
 JSON body and Retry-After, never a 500."""
 import pytest
 
-from engine import Engine
+from ghostless import Engine
 from tests.conftest import register_test_types
-from web import close_app, create_app
+from ghostless.web import close_app, create_app
 
 from .conftest import TEST_CONFIG
 

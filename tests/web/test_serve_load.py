@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from engine import Engine
+from ghostless import Engine
 from tests.conftest import register_test_types
 from tests.support.procs import ROOT, Proc
 from tests.support.redis_server import free_port
@@ -212,7 +212,7 @@ def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
     from flask import Flask
     from werkzeug.serving import make_server
 
-    import web.serve
+    import ghostless.web.serve
 
     engine = register_test_types(Engine(fakeredis.FakeRedis(), namespace="t", dispatcher=None))
     engine.users.add("alice")
@@ -223,11 +223,11 @@ def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
         servers.append(make_server(host, port, app, threaded=threaded))
         servers[0].serve_forever()
 
-    monkeypatch.setattr(web.serve, "gunicorn_available", lambda: False)
+    monkeypatch.setattr(ghostless.web.serve, "gunicorn_available", lambda: False)
     monkeypatch.setattr(Flask, "run", run)
     caplog.set_level("INFO", logger="werkzeug")
     port = free_port()
-    serving = threading.Thread(target=web.serve.serve, args=(engine, None, "127.0.0.1", port, 1, 4), daemon=True)
+    serving = threading.Thread(target=ghostless.web.serve.serve, args=(engine, None, "127.0.0.1", port, 1, 4), daemon=True)
     serving.start()
     try:
         wait_until(lambda: servers, timeout=10, what="the development server")
@@ -245,7 +245,7 @@ def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
 def test_gunicorns_older_than_27_get_the_stock_gthread_worker(monkeypatch):
     import gunicorn
 
-    from web import threadworker
+    from ghostless.web import threadworker
 
     assert threadworker.supported()  # the pinned 27
     monkeypatch.setattr(gunicorn, "version_info", (22, 0, 0))

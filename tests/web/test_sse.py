@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Config, State
+from ghostless import Config, State
 from tests.support.snapshots import sibling
 from tests.support.wait import wait_until
-from web.positions import Positions
-from web.sse import task_stream
+from ghostless.web.positions import Positions
+from ghostless.web.sse import task_stream
 
 from .helpers import task_in
 from .sse_client import open_sse
@@ -269,14 +269,14 @@ def test_the_stream_generator_unsubscribes_when_closed_before_it_ends(app, engin
 def test_a_stream_ends_cleanly_when_redis_fails_mid_stream(app, client, engine, auth, monkeypatch):
     import redis
 
-    import web.sse
+    import ghostless.web.sse
 
     task = task_in(engine, State.PROCESSING)
 
     def unreachable(*args):
         raise redis.ConnectionError("gone")
 
-    monkeypatch.setattr(web.sse.wq, "snapshot", unreachable)
+    monkeypatch.setattr(ghostless.web.sse.wq, "snapshot", unreachable)
     stream = open_sse(client, f"/api/tasks/{task.id}/events", headers=auth["alice"])
     assert stream.rest() == [] and stream.ended
     assert app.extensions["ghostless"].broker.subscribers() == 0

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from web.sse import format_comment, format_event
+from ghostless.web.sse import format_comment, format_event
 
 
 def test_an_event_has_its_id_name_and_json_data_and_ends_with_a_blank_line():

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.support.wait import wait_until
-from web.held import LONGPOLL, STREAM, Held
-from web.sse import CREDENTIAL_CHECK
+from ghostless.web.held import LONGPOLL, STREAM, Held
+from ghostless.web.sse import CREDENTIAL_CHECK
 
 from .helpers import task_in
 from .sse_client import open_sse

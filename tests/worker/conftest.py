@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from engine import Engine
+from ghostless import Engine
 from tests.apps import basic
 from tests.support.procs import Proc, app_env, start_sweeper, start_worker
 from tests.support.proxy import CutProxy

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from engine import Engine, State
+from ghostless import Engine, State
 from tests.apps import basic
 from tests.support.procs import Proc
 from tests.support.wait import wait_until

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.apps.basic import SLOW_BEAT_LEASE, gate_key
 from tests.worker.helpers import (
     LEASE, OWNER, horse_of, logged, raw_result, server_now, transitions, wait_logged, wait_terminal,

@@ -3,8 +3,8 @@ the horse share the engine's pool), and no package-metadata lookup per connectio
 import pytest
 import redis
 
-from engine import State
-from engine.worker import resolve_driver_info_once
+from ghostless import State
+from ghostless.execution.worker import resolve_driver_info_once
 from tests.worker.helpers import OWNER, wait_terminal
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """Real worker and sweeper processes notice a Redis restarted without persistence (all data gone):
-each logs an error instead of carrying on as if an empty Redis were healthy (engine/epoch.py)."""
+each logs an error instead of carrying on as if an empty Redis were healthy (engine/core/epoch.py)."""
 import pytest
 
 from tests.support.wait import wait_until

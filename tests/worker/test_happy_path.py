@@ -2,7 +2,7 @@
 progress events, history, retries, permanent errors, bad results and the type allowlist."""
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.worker.helpers import (
     OWNER, logged, side_log, stream_events, verbs, wait_terminal,
 )

@@ -3,12 +3,12 @@ attempts one after another), never shared while one is still busy."""
 import os
 import threading
 
-from engine import State
-from engine.context import TaskContext
-from engine.errors import AttemptEnded
-from engine.heartbeat import Heartbeat, _Beater
-from engine.models import Lease
-from engine.runner import execute
+from ghostless import State
+from ghostless.execution.context import TaskContext
+from ghostless.core.errors import AttemptEnded
+from ghostless.execution.heartbeat import Heartbeat, _Beater
+from ghostless.core.models import Lease
+from ghostless.execution.runner import execute
 from tests.support.wait import wait_until
 
 

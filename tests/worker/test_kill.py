@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.worker.helpers import OWNER, horse_of, logged, verbs, wait_logged, wait_terminal
 from tests.support.wait import wait_until
 

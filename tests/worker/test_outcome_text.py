@@ -1,8 +1,8 @@
 """A failure's message is recorded whatever text the exception carries."""
 import os
 
-from engine import PermanentError, State
-from engine.runner import execute
+from ghostless import PermanentError, State
+from ghostless.execution.runner import execute
 
 
 def test_a_failure_message_that_is_not_valid_unicode_is_recorded_escaped(engine):

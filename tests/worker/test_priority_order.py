@@ -1,8 +1,8 @@
 """On real RQ lists a saturated worker starts higher priorities first, FIFO within one."""
 import pytest
 
-from engine import Engine
-from engine.worker import build_worker
+from ghostless import Engine
+from ghostless.execution.worker import build_worker
 
 
 def line(redis_server):

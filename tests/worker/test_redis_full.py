@@ -3,7 +3,7 @@ OOM errors while reads still work. A lease that cannot be renewed must stop the 
 sweeper must still be there to reclaim it once memory is freed."""
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.worker.helpers import LEASE, OWNER, logged, transitions, wait_logged, wait_terminal
 from tests.support.wait import wait_for_server_time, wait_until
 

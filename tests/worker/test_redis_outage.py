@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.apps.basic import gate_key
 from tests.support.procs import orphans, running
 from tests.support.wait import wait_until
@@ -13,7 +13,7 @@ from tests.worker.test_redis_full import RedisFull
 
 pytestmark = pytest.mark.slow
 
-OUTAGE = 16.0  # a call begun 2 s in and resent for ~10 s (engine/worker.py: REDIS_RETRIES) still fails
+OUTAGE = 16.0  # a call begun 2 s in and resent for ~10 s (engine/execution/worker.py: REDIS_RETRIES) still fails
 FAILING, BACK = "Redis is failing", "Redis is back"
 
 

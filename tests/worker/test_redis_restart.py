@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from engine import Config, Engine, State
-from engine.rq_dispatch import rq_queue_name
+from ghostless import Config, Engine, State
+from ghostless.execution.rq_dispatch import rq_queue_name
 from tests.apps import basic
 from tests.apps.basic import gate_key
 from tests.worker.helpers import (

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.apps.basic import SLOW_BEAT_LEASE, gate_key
 from tests.worker.helpers import (
     LEASE, OWNER, logged, server_now, transitions, wait_logged, wait_status, wait_terminal,

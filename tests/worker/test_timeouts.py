@@ -1,7 +1,7 @@
 """Deadlines enforced by the sweeper on tasks that keep heartbeating, and retry delays."""
 import pytest
 
-from engine import State
+from ghostless import State
 from tests.worker.helpers import OWNER, logged, transitions, wait_logged, wait_terminal
 from tests.support.wait import wait_until
 

@@ -1,8 +1,8 @@
 """Result checks: a type's verify() runs before SUCCESS is recorded; a rejected result is retried."""
 import pytest
 
-from engine import State
-from engine.runner import execute
+from ghostless import State
+from ghostless.execution.runner import execute
 
 
 @pytest.fixture

@@ -1,0 +1,91 @@
+"""Admin commands of ``ghostless``: reclaim a stuck task, retry every FAILED of a type, drain a queue,
+set a user's submit quota."""
+from __future__ import annotations
+
+import click
+
+from ghostless.cli.root import APP, REDIS, user_group
+from ghostless.cli.ops import BY, JSON, BadArgument, _dump, _engine, _errors, _task_id, command
+from ghostless.core.quota import FIELDS
+
+
+@command("reclaim")
+@click.argument("task_id")
+@BY
+def reclaim_command(app_spec, redis_url, as_json, task_id, by):
+    """Take a stuck PROCESSING task from its worker now; it runs again at once."""
+    engine = _engine(app_spec, redis_url)
+    state = engine.reclaim(_task_id(task_id), by=by)
+    if as_json:
+        _dump({"task": task_id, "status": state.value})
+    else:
+        click.echo(f"reclaimed {task_id}: now {state.value} (by {by})")
+
+
+@command("retry-failed")
+@click.argument("type_name", metavar="TYPE")
+@BY
+def retry_failed_command(app_spec, redis_url, as_json, type_name, by):
+    """Reopen every FAILED task of TYPE (each retry audited)."""
+    engine = _engine(app_spec, redis_url)
+    count = engine.retry_failed(type_name, by=by)
+    _dump({"type": type_name, "retried": count}) if as_json else click.echo(f"retried {count} {type_name} task(s)")
+
+
+@command("drain")
+@click.argument("queue")
+@click.option("--resume", is_flag=True, help="Hand the queue's tasks to workers again.")
+def drain_command(app_spec, redis_url, as_json, queue, resume):
+    """Stop handing QUEUE's tasks to workers (running and queued ones finish); --resume undoes it."""
+    engine = _engine(app_spec, redis_url)
+    if queue not in engine.queues():
+        raise BadArgument(f"no queue {queue!r} (queues: {', '.join(engine.queues()) or 'none'})")
+    engine.drain(queue, not resume)
+    if as_json:
+        _dump({"queue": queue, "draining": not resume})
+    else:
+        click.echo(f"{queue}: {'resumed' if resume else 'draining (new and returning tasks wait in PENDING)'}")
+
+
+def _limit(kind, text):
+    """A quota option's value: a number, or ``none`` for no limit."""
+    if text is None or text.lower() == "none":
+        return None if text is None else "none"
+    try:
+        return kind(text)
+    except ValueError:
+        raise BadArgument(f"a quota limit must be a number or 'none', got {text!r}") from None
+
+
+def _quota_options(fn):
+    for name in reversed(FIELDS):
+        fn = click.option(f"--{name.replace('_', '-')}", name, metavar="N|none",
+                          help="Seconds of the rate's window." if name == "per" else None)(fn)
+    return fn
+
+
+@user_group.command("quota")
+@APP
+@REDIS
+@JSON
+@click.argument("name")
+@_quota_options
+@click.option("--clear", is_flag=True, help="Forget NAME's own limits: the web app's defaults apply.")
+def user_quota_command(app_spec, redis_url, as_json, name, clear, **limits):
+    """Show or set NAME's own submit limits (per queue; 'none' = no limit); unset ones keep the web
+    app's defaults. A web process sees a change within GHOSTLESS_QUOTA_CACHE seconds."""
+    with _errors():
+        users = _engine(app_spec, redis_url).users
+        if users.get(name) is None:
+            raise BadArgument(f"no user {name!r}")
+        given = {k: _limit(float if k == "per" else int, v) for k, v in limits.items() if v is not None}
+        if clear or given:
+            current = {} if clear else users.quota_overrides(name)
+            current.update({k: None if v == "none" else v for k, v in given.items()})
+            users.set_quota(name, current)
+        quota = users.quota_overrides(name)
+    if as_json:
+        _dump(quota)
+    else:
+        click.echo(f"{name}: " + (", ".join(f"{k}={'none' if v is None else v}" for k, v in sorted(quota.items()))
+                                  or "the web app's defaults"))

@@ -1,0 +1,173 @@
+"""The ``ghostless`` command (also ``python -m ghostless``)."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import click
+import redis
+
+from ghostless.core.app import AppError, load_app
+
+APP = click.option("--app", "app_spec", envvar="GHOSTLESS_APP", help="module:attribute of the Engine.")
+REDIS = click.option("--redis-url", envvar="GHOSTLESS_REDIS_URL", help="Redis URL (else the app's).")
+
+
+def _engine(app_spec, redis_url):
+    try:
+        return load_app(app_spec, redis_url)
+    except (AppError, ValueError) as e:  # ValueError: a malformed --redis-url, from redis-py
+        raise click.UsageError(str(e)) from None
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        raise click.ClickException(f"cannot reach Redis: {e}") from None
+    except redis.RedisError as e:
+        raise click.ClickException(f"Redis refused: {e}") from None
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+@click.group()
+def main():
+    """ghostless: tasks in Redis that never vanish."""
+
+
+@main.command("worker")
+@APP
+@REDIS
+@click.argument("queues", nargs=-1)
+@click.option("--worker-class", type=click.Choice(["fork", "simple"]), default="fork", show_default=True,
+              help="fork: each attempt in a work-horse process (isolation); simple: in the worker itself.")
+@click.option("--burst", is_flag=True, help="Stop when the queues are empty.")
+@click.option("--name", help="Worker name (default: RQ's unique name).")
+@click.option("--log-level", default="INFO", show_default=True)
+def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_level):
+    """Run an RQ worker for the app's queues (all registered queues by default)."""
+    from ghostless.execution.worker import run_worker
+
+    engine = _engine(app_spec, redis_url)
+    _logging(log_level)
+    engine.data_epoch.watch()  # logs an error if Redis loses its data while this worker runs
+    try:
+        run_worker(engine, list(queues) or None, worker_class, burst=burst, name=name, logging_level=log_level)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+
+
+@main.command("sweeper")
+@APP
+@REDIS
+@click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
+              help="Longest sleep between ticks (seconds); it wakes earlier for the next deadline.")
+@click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--log-level", default="INFO", show_default=True)
+def sweeper_command(app_spec, redis_url, interval, batch, log_level):
+    """Reclaim expired leases, promote due retries, re-dispatch lost jobs, purge old tasks."""
+    from ghostless.core.sweep import run_sweeper
+
+    engine = _engine(app_spec, redis_url)
+    _logging(log_level)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    logging.getLogger("ghostless.sweeper").info("sweeper started: queues %s", ", ".join(engine.queues()) or "-")
+    run_sweeper(engine, interval, batch, stop)
+
+
+@main.command("demo", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def demo_command(ctx):
+    """Run everything on a private Redis with demo tasks (--once: until all are done)."""
+    from ghostless.demo.run import main as demo_main
+
+    ctx.exit(demo_main(ctx.args))
+
+
+@main.command("web")
+@APP
+@REDIS
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Processes (each with one event stream reader).")
+@click.option("--threads", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Threads per process: each open SSE stream or long-poll holds one (gthread).")
+@click.option("--server", type=click.Choice(["gthread", "gevent"]), default="gthread", show_default=True,
+              help="gunicorn worker class; gevent (pip install 'ghostless[gevent]') for many open streams.")
+@click.option("--connections", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Open connections per process (gevent).")
+@click.option("--log-level", default="INFO", show_default=True)
+def web_command(app_spec, redis_url, host, port, workers, threads, server, connections, log_level):
+    """Serve the web app and JSON API (gunicorn gthread when installed)."""
+    from ghostless.web.serve import serve
+
+    engine = _engine(app_spec, redis_url)
+    _logging(log_level)
+    if redis_url:
+        os.environ["GHOSTLESS_REDIS_URL"] = redis_url  # gunicorn workers load the app again
+    try:
+        serve(engine, app_spec, host, port, workers, threads, server=server, connections=connections)
+    except RuntimeError as e:
+        raise click.UsageError(str(e)) from None
+
+
+@main.group("user")
+def user_group():
+    """API users and their tokens."""
+
+
+@user_group.command("add")
+@APP
+@REDIS
+@click.argument("name")
+@click.option("--admin", is_flag=True, help="May see and change every user's tasks.")
+def user_add(app_spec, redis_url, name, admin):
+    """Create NAME (or keep it) and print a new API token: it is shown only this once."""
+    try:
+        token = _engine(app_spec, redis_url).users.add(name, admin=admin)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    click.echo(token)
+    click.echo(f"token for {name}{' (admin)' if admin else ''}: store it now, it is not shown again", err=True)
+
+
+@user_group.command("list")
+@APP
+@REDIS
+def user_list(app_spec, redis_url):
+    """Every user, whether admin, and how many tokens they hold."""
+    for user in _engine(app_spec, redis_url).users.list():
+        click.echo(f"{user.name}\t{'admin' if user.admin else 'user'}\ttokens={user.tokens}")
+
+
+@user_group.command("login-link")
+@APP
+@REDIS
+@click.argument("name")
+@click.option("--base-url", default="http://127.0.0.1:8000", show_default=True)
+@click.option("--ttl", type=click.FloatRange(min=1, max=86400), default=600, show_default=True)
+def user_login_link(app_spec, redis_url, name, base_url, ttl):
+    """Print a one-time link that logs a browser in as NAME (valid once, for --ttl seconds)."""
+    try:
+        code = _engine(app_spec, redis_url).users.login_code(name, ttl)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"{base_url.rstrip('/')}/login/{code}")
+
+
+@user_group.command("revoke")
+@APP
+@REDIS
+@click.argument("name")
+def user_revoke(app_spec, redis_url, name):
+    """Remove NAME and every token of theirs (their sessions end too)."""
+    if not _engine(app_spec, redis_url).users.revoke(name):
+        raise click.ClickException(f"no user {name!r}")
+    click.echo(f"revoked {name}")
+
+
+from ghostless.cli import ops as cli_ops  # noqa: E402,F401  (submit, show, cancel, edit, retry, tail, stats, check, scheduler)
+from ghostless.cli import admin as cli_admin  # noqa: E402,F401  (reclaim, retry-failed, drain, resume)

@@ -1,0 +1,1 @@
+"""The core: states, keys, Lua scripts, the Engine and its verbs, sweep, stats, check."""

@@ -1,0 +1,36 @@
+"""The dispatch hook: how the engine hands a PENDING task to an executor.
+
+The RQ executor (engine/execution/rq_dispatch.py, next issue) implements this protocol.
+Without one, tasks wait in PENDING in the ``dispatch`` deadline set, and a
+worker may still claim them directly.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Dispatcher(Protocol):
+    #: False for NullDispatcher: the engine then leaves tasks in PENDING.
+    active: bool
+
+    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float,
+                at_front: bool = False) -> None:
+        """Create the executor job ``dispatch_id`` whose one argument is ``task_id``; with
+        ``at_front`` (a task returning from a lost attempt) ahead of the others of its priority.
+
+        May be called twice for one task (at-least-once); the claim keeps each
+        attempt to one execution.
+        """
+
+    def job_exists(self, dispatch_id: str) -> bool:
+        """Whether the job of a QUEUED task is still waiting or running (sweeper check)."""
+
+
+class NullDispatcher:
+    active = False
+
+    def enqueue(self, task_id, queue, dispatch_id, priority, timeout, at_front=False) -> None:  # pragma: no cover
+        raise RuntimeError("NullDispatcher never enqueues")
+
+    def job_exists(self, dispatch_id) -> bool:  # pragma: no cover
+        return False

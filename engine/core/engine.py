@@ -1,0 +1,424 @@
+"""The Engine: the Python API over the task scripts.
+
+Every state change is one script call (engine/core/scripts.py). This module checks
+input, builds keys, and turns replies into Task, Lease and Event objects.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import uuid
+from typing import Any, Callable
+
+import redis as redis_lib
+
+from ghostless.core import check as check_mod
+from ghostless.core import dependencies as deps
+from ghostless.core import notify
+from ghostless.core import listing
+from ghostless.core import priority as priority_mod
+from ghostless.periodic import schedules as periodic_mod
+from ghostless.core import stats as stats_mod
+from ghostless.core import sweep as sweep_mod
+from .config import Config, ms
+from .dispatch import Dispatcher, NullDispatcher
+from .epoch import DataEpoch
+from .errors import Code, IdempotencyConflict, IllegalTransition, TaskNotFound, refusing_full
+from .keys import Keys, new_task_id, parse_task_id
+from .models import Event, Task
+from .quota import Quota
+from .registry import Breaker, Registry, TaskType, as_backoff
+from .scripts import Scripts, refuse
+from .server import check_server
+from .states import State
+from .users import Users
+from .lease_calls import LeaseCalls
+from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+class Engine(LeaseCalls):
+    """A ghostless engine bound to one Redis and one namespace.
+
+    Args:
+        redis: a redis-py client (``decode_responses`` either way) or fakeredis.
+        namespace: prefix of every key (``gl`` -> ``gl:{queue}:...``).
+        config: retention, caps and timings (engine/core/config.py).
+        dispatcher: the executor hook (engine/core/dispatch.py): ``"rq"`` (default) enqueues an RQ job
+            per dispatch; ``None`` leaves tasks in PENDING for direct claims.
+        strict: raise instead of warning when Redis may evict keys.
+    """
+
+    def __init__(self, redis, namespace: str = "gl", config: Config | None = None,
+                 dispatcher: Dispatcher | str | None = "rq", strict: bool = False, check: bool = True):
+        self.redis = redis
+        self.keys = Keys(namespace)
+        self.config = config or Config()
+        self.registry = Registry()
+        if dispatcher == "rq":
+            from ghostless.execution.rq_dispatch import RQDispatcher
+            dispatcher = RQDispatcher(redis, namespace)
+        self.dispatcher = dispatcher or NullDispatcher()
+        self.scripts = Scripts(redis, self.config, on_resolve=lambda key: deps.resolve_due(self, key))
+        self._known_queues: set[str] = set()
+        self._unreported: dict[str, str] = {}  # lost jobs not yet reported: task id -> dispatch id
+        self._webhook_cache = None
+        self.users = Users(redis, self.keys)
+        #: notices a Redis that lost its data (engine/core/epoch.py); adopted at the first submit
+        self.data_epoch = DataEpoch(redis, self.keys.data_epoch())
+        if check:
+            check_server(redis, strict=strict)
+
+    @classmethod
+    def from_url(cls, url: str | None = None, **kwargs) -> "Engine":
+        """An engine on the Redis at ``url``; without one, ``GHOSTLESS_REDIS_URL`` or the local default."""
+        url = url or os.environ.get("GHOSTLESS_REDIS_URL") or DEFAULT_URL
+        return cls(redis_lib.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), **kwargs)
+
+    # -- registry ---------------------------------------------------------------------------------
+    def task(self, name: str | None = None, *, queue: str = "default", timeout: float = 600.0,
+             lease: float = 15.0, max_attempts: int = 3, backoff=None, stages=None,
+             permanent_errors=(), breaker: "Breaker | bool | None" = None, upstream: str = "",
+             verify: Callable | None = None, internal: bool = False) -> Callable:
+        """Decorator registering a task type (the allowlist of what may be submitted and run).
+
+        ``breaker`` (a Breaker, or True for the defaults; implied by ``upstream``) guards the
+        upstream the type calls; types naming the same ``upstream`` share one breaker.
+        ``verify(result, ctx)`` checks a result before SUCCESS is recorded: returning False or
+        raising fails the attempt (``verification_failed``, retried). ``internal`` types (and every
+        ``ghostless.*`` one) are submitted by engine code only: ``submit(..., internal=True)``.
+        """
+        if breaker is True or (upstream and breaker is None):
+            breaker = Breaker()
+
+        def register(fn: Callable) -> Callable:
+            self.registry.add(TaskType(
+                name=name or fn.__name__, fn=fn, queue=queue, timeout=timeout, lease=lease,
+                max_attempts=max_attempts, backoff=as_backoff(backoff), stages=dict(stages or {}),
+                permanent_errors=tuple(permanent_errors), breaker=breaker or None, upstream=upstream,
+                verify=verify, internal=internal))
+            return fn
+
+        return register
+
+    periodic = periodic_mod.register  # engine.periodic(name, cron=..., args=...): engine/periodic/schedules.py
+
+    def queues(self) -> list[str]:
+        """Every queue with registered types or submitted tasks."""
+        found = {q.decode() if isinstance(q, bytes) else q for q in self.redis.smembers(self.keys.queues())}
+        return sorted(found | set(self.registry.queues()))
+
+    # -- client calls -----------------------------------------------------------------------------
+    def submit(self, type: str, args: dict | None = None, *, owner: str, idempotency_key: str | None = None,
+               priority: int = 0, delay: float = 0, due_in: float | None = None,
+               escalate_in: float | None = None, depends_on: list[str] | None = None,
+               notify_url: str | None = None, quota: Quota | None = None, internal: bool = False) -> Task:
+        """Create a task in PENDING (or return the one its idempotency key names).
+
+        Args:
+            type: a registered task type (not an internal one, unless ``internal``: engine code).
+            args: a JSON object (<= Config.max_args_bytes) that fits the type's function.
+            owner: who owns the task; idempotency keys are scoped to the owner.
+            delay: seconds before it may be dispatched.
+            due_in / escalate_in: seconds from now by which the task should have ended; the
+                sweeper records an ``overdue`` (then ``escalated``) event once if it has not.
+            depends_on: ids of tasks (in the same queue) that must all end in SUCCESS first
+                (engine/core/dependencies.py).
+            notify_url: webhook for this task's notifications (else its owner's default, if any;
+                engine/core/notify.py; needs enable_notifications).
+            quota: the owner's limits in the type's queue (engine/core/quota.py), checked atomically
+                with the creation; None (the default) is no limit.
+
+        Returns: the new Task, or the existing one for a replayed idempotency key.
+
+        Raises: UnknownTaskType, BadArgs (a ValueError: args that do not fit the function),
+            ValueError (bad input), IdempotencyConflict (same key, other args), UnknownParent (a
+            ValueError: depends_on names a task that does not exist), QuotaExceeded, RedisFull
+            (Redis at maxmemory refused the write; nothing changed).
+
+        Redis keys: the task's keys, its queue's sets/stream/counters, the idempotency key, the
+        owner's submit-rate key (with a quota).
+        """
+        tt = self.registry.submittable(type, internal)
+        args_json = self._args_json({} if args is None else args, tt, quota)
+        owner = _text("owner", owner)
+        if idempotency_key is not None:
+            idempotency_key = _text("idempotency_key", idempotency_key)
+        priority = priority_mod.check(priority)
+        delay_ms = _duration_ms("delay", delay)
+        due_ms = _duration_ms("due_in", due_in) if due_in is not None else 0
+        escalate_ms = _duration_ms("escalate_in", escalate_in) if escalate_in is not None else 0
+        if escalate_ms and escalate_ms <= due_ms:
+            raise ValueError("escalate_in must be later than due_in")
+        parent_ids, parent_keys = deps.parent_keys(self, tt.queue, depends_on)
+        if notify_url is not None and notify.TYPE not in self.registry:
+            raise ValueError("notify_url needs engine.enable_notifications(secret) in the app")
+        notify_url = notify.check_url(notify_url) if notify_url is not None else (
+            notify.owner_webhook(self, owner) if notify.TYPE in self.registry and tt.name != notify.TYPE else None)
+        task_id = new_task_id(tt.queue)
+        self._remember_queue(tt.queue)
+        digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
+        idem = self.keys.idempotency(tt.queue, owner, idempotency_key) if idempotency_key else None
+        rate_key = self.keys.submit_rate(tt.queue, owner) if quota else None
+        reply = self.scripts.submit(self.keys.task(task_id), self.keys.owner_index(tt.queue, owner), parent_keys,
+                                    rate_key, idem, [
+            task_id, tt.name, owner, args_json, digest, tt.max_attempts, ms(tt.lease), ms(tt.timeout),
+            priority, delay_ms, tt.backoff.spec(), ms(self.config.idempotency_ttl), idempotency_key or "",
+            tt.queue, due_ms, escalate_ms, notify_url or "", quota.spec() if quota else "", len(parent_ids),
+            *parent_ids])
+        code, found_id = reply[0], reply[1]
+        if code == Code.IDEMPOTENCY_CONFLICT:
+            raise IdempotencyConflict(idempotency_key, found_id)
+        if code == Code.REPLAYED:
+            task = self._require(found_id)
+            task.replayed = True
+            return task
+        now = int(reply[2]) / 1000
+        # Built from what was sent (no read back): the times are the script's, from Redis TIME.
+        task = Task(id=task_id, type=tt.name, queue=tt.queue, owner=owner, status=State.PENDING,
+                    max_attempts=tt.max_attempts, args=json.loads(args_json), created_at=now, updated_at=now,
+                    version=1, priority=priority, idempotency_key=idempotency_key or "", parents=parent_ids,
+                    due_at=now + due_ms / 1000 if due_ms else None,
+                    escalate_at=now + escalate_ms / 1000 if escalate_ms else None, notify_url=notify_url or "",
+                    waiting=reply[3] == "waiting")
+        if reply[3] == "resolve":  # a parent had already failed: cancelled now, not in a minute
+            deps.resolve(self, task_id)
+            return self._require(task_id)
+        if reply[3] == "waiting":
+            return task
+        if delay_ms == 0 and self.dispatcher.active:
+            if self.dispatch_known(task_id, tt, priority):
+                task.status, task.version = State.QUEUED, 2
+        return task
+
+    def dispatch(self, task_id: str) -> str | None:
+        """Record PENDING -> QUEUED with a new dispatch id, then create the executor job of that id.
+        Returns the dispatch id (None, and nothing done, while the queue drains or the task waits
+        on its parents).
+
+        A crash between the two leaves a QUEUED task without a job in the ``dispatch`` set: the
+        sweeper finds no job at its check (``Config.requeue_after``) and dispatches it again; the
+        claim refuses whichever delivery is not current. Raises TaskNotFound, UnknownTaskType,
+        IllegalTransition.
+        """
+        row = self.redis.hmget(self._keys(task_id).task, "type", "priority")
+        if row[0] is None:
+            raise TaskNotFound(task_id)
+        type_name, priority = (v.decode() if isinstance(v, bytes) else v for v in row)
+        return self.dispatch_known(task_id, self.registry.get(type_name), int(priority or 0))
+
+    def dispatch_known(self, task_id: str, tt: TaskType, priority: int, seen_score: float | None = None) -> str | None:
+        """``dispatch`` when the caller knows the task's type and priority. Returns None (nothing
+        done) while its queue drains or it waits on parents, or (``seen_score``: a sweeper's
+        compare-and-set) when it is no longer due at that score. A task returning from a lost
+        attempt goes to the head of its priority. A failed enqueue is reported (``job_lost``) and
+        raised (RedisFull when Redis refused the write)."""
+        dispatch_id = uuid.uuid4().hex
+        # Recorded first: a worker that takes the job at once must find its dispatch id current
+        # (enqueue-then-record let an idle worker's claim arrive first and be refused). The script
+        # also answers the draining switch, so checking it costs no round trip.
+        reply = self.scripts.dispatch(self.keys.task(task_id), self.keys.queue_key(tt.queue, "control"), task_id,
+                                      dispatch_id, ms(self.config.requeue_after), seen_score)
+        if reply[0] == Code.NOT_DUE:
+            return None
+        try:
+            with refusing_full(f"enqueue of task {task_id}"):
+                self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, priority, tt.timeout,
+                                        at_front=len(reply) > 2 and reply[2] == 1)
+        except Exception:
+            self.job_lost(task_id, dispatch_id)
+            raise
+        return dispatch_id
+
+    def get(self, task_id: str, owner: str | None = None) -> Task | None:
+        """The task, or None when it does not exist (or belongs to another owner than ``owner``)."""
+        return self.get_many([task_id], owner)[0]
+
+    def get_many(self, task_ids: list[str], owner: str | None = None) -> list[Task | None]:
+        """Several tasks in one round trip (None for missing or foreign ones).
+
+        The owner is checked first, inside one read-only script per queue (lua/read.lua): another
+        owner's task costs what a missing one does (its args and result are never read), and
+        the read works on a Redis at maxmemory.
+        """
+        read = self.scripts.read({t: self.keys.task(t) for t in task_ids if parse_task_id(t) is not None}, owner)
+        return [Task.from_reply(read[t]) if read.get(t) else None for t in task_ids]
+
+    def list_tasks(self, owner: str | None = None, status: str | None = None, type: str | None = None,
+                   queue: str | None = None, limit: int = 50, cursor: str | None = None):
+        """An owner's tasks (every owner's with ``owner=None``), newest first: (tasks, next cursor)."""
+        return listing.list_tasks(self, owner, status, type, queue, limit, cursor)
+
+    def history(self, task_id: str) -> list[Event]:
+        """The task's transitions, stages and refused stale calls, oldest first (capped)."""
+        if parse_task_id(task_id) is None:
+            return []
+        return [Event.from_json(e) for e in self.redis.lrange(self.keys.task(task_id).history, 0, -1)]
+
+    def checkpoints(self, task_id: str) -> dict[str, Any]:
+        """Values saved by ctx.checkpoint in any attempt of the task."""
+        if parse_task_id(task_id) is None:
+            return {}
+        raw = self.redis.hgetall(self.keys.task(task_id).checkpoints)
+        return {(k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()}
+
+    def cancel(self, task_id: str, *, by: str, admin: bool = False, reason: str = "") -> None:
+        """Cancel a task that has not ended. Raises TaskNotFound (also for another owner's task),
+        IllegalTransition (already ended). Cancelling a cancelled task is a no-op."""
+        by = _text("by", by)
+        self.scripts.manage("cancel", self._keys(task_id), task_id, by, "1" if admin else "0",
+                            _text("reason", reason or f"cancelled by {by}"))
+
+    def edit(self, task_id: str, args: dict, *, by: str, admin: bool = False, quota: Quota | None = None,
+             internal: bool = False) -> Task:
+        """Atomically cancel a task that has not ended and submit its replacement with ``args``.
+
+        ``quota`` (the task owner's, as for submit) counts the edit against its rate and the new
+        args, in place of the old ones, against its unfinished bytes. Returns the new task.
+        Raises TaskNotFound, IllegalTransition, UnknownTaskType (also an internal type, unless
+        ``internal``), BadArgs, ValueError, QuotaExceeded.
+        """
+        by = _text("by", by)
+        old_keys = self._keys(task_id)
+        queue = parse_task_id(task_id)
+        new_id = new_task_id(queue)
+        owner, type_name = (v.decode() if isinstance(v, bytes) else v
+                            for v in self.redis.hmget(old_keys.task, "owner", "type"))
+        if owner is None or not (admin or owner == by):  # the script checks again, atomically
+            raise TaskNotFound(task_id)
+        args_json = self._args_json(args, self.registry.submittable(type_name, internal), quota)
+        owner_index = self.keys.owner_index(queue, owner)
+        rate = [self.keys.submit_rate(queue, owner)] if quota else []
+        reply = self.scripts.manage("edit", [*old_keys, *self.keys.task(new_id), owner_index, *rate], task_id,
+                                    by, "1" if admin else "0", new_id, args_json, quota.spec() if quota else "")
+        new_id = reply[1]
+        if reply[0] == Code.OK and len(reply) > 3 and reply[3] == "resolve":
+            deps.resolve(self, new_id)  # it waits on the old task's parents: register with them
+        elif reply[0] == Code.OK and self.dispatcher.active and reply[3] != "delayed":
+            self.dispatch(new_id)  # a delayed one is dispatched by the sweeper when its delay has passed
+        return self._require(new_id)
+
+    def enable_notifications(self, secret: str, **options) -> None:
+        """Register webhook delivery (engine/core/notify.py): ``secret`` signs every request."""
+        notify.enable(self, secret, **options)
+
+    def set_webhook(self, owner: str, url: str | None) -> None:
+        """Set (or with None, remove) an owner's default webhook for their new tasks."""
+        owner = _text("owner", owner)
+        with refusing_full("webhook setting"):
+            if url is None:
+                self.redis.hdel(self.keys.webhooks(), owner)
+            else:
+                self.redis.hset(self.keys.webhooks(), owner, notify.check_url(url))
+        self._webhook_cache = None
+
+    def notifications(self, task_id: str) -> list[Task]:
+        """The delivery tasks made for a task's notifications, oldest first (their history is the
+        delivery history)."""
+        ids = [i.decode() if isinstance(i, bytes) else i
+               for i in self.redis.lrange(self._keys(task_id).notifications, 0, -1)]
+        return [t for t in self.get_many(ids) if t is not None]
+
+    def resolve(self, task_id: str) -> str | None:
+        """Look at a waiting task's parents now (the engine and sweeper do this for you):
+        'ready' (dispatched), 'delayed' (ready once its submit's delay passes), 'cancelled', or None
+        while a parent is still running."""
+        self._keys(task_id)
+        return deps.resolve(self, task_id)
+
+    def retry(self, task_id: str, *, by: str, admin: bool = False) -> None:
+        """Reopen a FAILED or TIMEOUT task (attempts start again); audited in its history."""
+        by = _text("by", by)
+        reply = self.scripts.manage("retry", self._keys(task_id), task_id, by, "1" if admin else "0",
+                                    uuid.uuid4().hex)
+        if self.dispatcher.active and reply[0] == Code.OK:
+            self.dispatch(task_id)
+
+    # -- operations -------------------------------------------------------------------------------
+    def reclaim(self, task_id: str, *, by: str) -> State:
+        """Admin: take a PROCESSING task from its worker now (a stuck one), as if its lease had
+        lapsed: PROCESSING -> TIMEOUT -> RETRY_WAITING, retried at once (or TIMEOUT when no attempt
+        remains). Returns the state it is in then. Raises IllegalTransition when not PROCESSING."""
+        reply = refuse(self.scripts.call("expire", self._keys(task_id), [random.random(), _text("by", by)]),
+                       "expire", task_id)
+        if reply[0] == Code.NOT_DUE:
+            raise IllegalTransition(task_id, self.get(task_id).status.value, "reclaim")
+        if reply[1] == State.PENDING.value and self.dispatcher.active:  # promoted in the same call
+            self.dispatch(task_id)
+        return self.get(task_id).status
+
+    def retry_failed(self, type: str, *, by: str, queue: str | None = None) -> int:
+        """Admin: manual ``retry`` of every FAILED task of a type. Returns how many were reopened."""
+        tt = self.registry.get(type)
+        count, cursor = 0, None
+        while True:
+            page, cursor = self.list_tasks(None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue,
+                                           limit=200, cursor=cursor)
+            for task in page:
+                try:
+                    self.retry(task.id, by=by, admin=True)
+                    count += 1
+                except (IllegalTransition, TaskNotFound):
+                    pass  # retried or purged meanwhile
+            if cursor is None:
+                return count
+
+    def drain(self, queue: str, draining: bool = True) -> None:
+        """Admin: stop (or, with False, resume) handing the queue's tasks to workers. Tasks already
+        queued or running finish; new and returning ones wait in PENDING until resumed."""
+        key = self.keys.queue_key(queue, "control")
+        with refusing_full(f"drain of queue {queue}"):
+            self.redis.hset(key, "draining", 1) if draining else self.redis.hdel(key, "draining")
+
+    def draining(self) -> list[str]:
+        """Queues that are draining."""
+        pipe = self.redis.pipeline(transaction=False)
+        queues = self.queues()
+        for q in queues:
+            pipe.hget(self.keys.queue_key(q, "control"), "draining")
+        return [q for q, flag in zip(queues, pipe.execute()) if flag]
+
+    def sweep(self, batch: int = 1000) -> "sweep_mod.SweepReport":
+        """One sweeper tick over every queue: expire, promote, re-dispatch, purge what is due."""
+        return sweep_mod.sweep(self, batch)
+
+    def stats(self) -> dict:
+        """Counts per queue and state, time in state, failure reasons, stale rejections."""
+        return stats_mod.stats(self)
+
+    def check(self) -> list[str]:
+        """Invariant violations found by a scan; an empty list when healthy."""
+        return check_mod.check(self)
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _keys(self, task_id: str):
+        if parse_task_id(task_id) is None:
+            raise TaskNotFound(str(task_id))
+        return self.keys.task(task_id)
+
+    def _require(self, task_id: str) -> Task:
+        task = self.get(task_id)
+        if task is None:
+            raise TaskNotFound(task_id)
+        return task
+
+    def _remember_queue(self, queue: str) -> None:
+        if queue not in self._known_queues:
+            with refusing_full("registering queue " + queue):
+                self.redis.sadd(self.keys.queues(), queue)
+                if self.data_epoch.seen is None:
+                    self.data_epoch.adopt()  # the first use of a Redis writes its data epoch marker
+            self._known_queues.add(queue)
+
+    def _args_json(self, args, tt: TaskType, quota: Quota | None) -> str:
+        if not isinstance(args, dict):
+            raise ValueError(f"args must be a JSON object (dict), got {type(args).__name__}")
+        tt.bind(None, args)  # BadArgs now, rather than a failure on every attempt
+        limit = self.config.max_args_bytes
+        return self._json("args", args, min(limit, quota.max_args_bytes or limit) if quota else limit)
+
+    def _json(self, what: str, value, limit: int | None = None) -> str:
+        return _json_text(what, value, limit or self.config.max_args_bytes)

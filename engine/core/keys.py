@@ -1,0 +1,175 @@
+"""The one place that builds Redis key names.
+
+Every key of a queue shares the hash tag ``{queue}`` so each script touches a
+single slot (Redis Cluster ready). A task id carries its queue
+(``<queue>.<20 hex>``), so any task's keys can be built from its id alone.
+Keys of no queue that are new (the web's rate limits) share the global tag ``{@global}``
+(``@`` is outside the queue alphabet, so no queue's tag can equal it).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from typing import NamedTuple
+
+_QUEUE_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ID_RE = re.compile(r"^([A-Za-z0-9_-]{1,64})\.([0-9a-f]{20})$")
+
+
+def valid_queue(name: str) -> bool:
+    return isinstance(name, str) and bool(_QUEUE_RE.fullmatch(name))
+
+
+def new_task_id(queue: str) -> str:
+    return f"{queue}.{secrets.token_hex(10)}"
+
+
+def parse_task_id(task_id: object) -> str | None:
+    """Return the queue of a well-formed task id, or None."""
+    if not isinstance(task_id, str):
+        return None
+    m = _ID_RE.fullmatch(task_id)
+    return m.group(1) if m else None
+
+
+def _owner_digest(owner: str) -> str:
+    # Hashed: owner names are user input of any length and alphabet.
+    return hashlib.sha256(owner.encode()).hexdigest()[:32]
+
+
+class TaskKeys(NamedTuple):
+    """The keys every task script receives, in this order (KEYS[1..T], T = len(TaskKeys._fields)).
+
+    The loader hands the field order to Lua, so scripts name keys (``K.task``)
+    instead of counting.
+    """
+
+    task: str  # hash: the task's fields
+    args: str  # string: args JSON (kept out of the hash so it stays listpack)
+    result: str  # string: result JSON
+    history: str  # list: the task's own capped history (JSON entries)
+    checkpoints: str  # hash: checkpoint key -> JSON value, kept across attempts
+    events: str  # stream: the queue's capped event stream
+    counts: str  # hash: state -> number of tasks in it
+    stats: str  # hash: time in state, failure reasons, stale rejections
+    dispatch: str  # zset: PENDING/QUEUED tasks, scored by re-dispatch deadline (ms)
+    leases: str  # zset: PROCESSING tasks, scored by min(lease, stage, attempt deadline)
+    retries: str  # zset: RETRY_WAITING tasks, scored by next_retry_at
+    expiry: str  # zset: terminal tasks, scored by when the sweeper deletes them
+    index: str  # zset: every task of the queue, scored by creation time
+    ready: str  # zset: QUEUED tasks in the order workers take them (priority, then dispatch order)
+    watch: str  # zset: unfinished tasks with a due time, scored by when to record overdue/escalated
+    children: str  # set: ids of the tasks waiting on this one (submit's depends_on)
+    waiting: str  # zset: PENDING tasks waiting on parents, scored by when to look at their parents
+    outbox: str  # list: webhook notifications to hand to the notifier (JSON entries)
+    notifications: str  # list: ids of the notification tasks made for this task
+    owners: str  # hash: per owner, unfinished tasks ('n:<owner>') and their args bytes ('b:<owner>')
+
+
+class Keys:
+    """Key names for one namespace."""
+
+    def __init__(self, namespace: str = "gl"):
+        if not valid_queue(namespace):
+            raise ValueError(f"namespace must match {_QUEUE_RE.pattern}, got {namespace!r}")
+        self.ns = namespace
+
+    def queue_prefix(self, queue: str) -> str:
+        return f"{self.ns}:{{{queue}}}"
+
+    def queue_key(self, queue: str, name: str) -> str:
+        return f"{self.queue_prefix(queue)}:{name}"
+
+    def task(self, task_id: str) -> TaskKeys:
+        queue = parse_task_id(task_id)
+        if queue is None:
+            raise ValueError(f"malformed task id {task_id!r}")
+        q = self.queue_prefix(queue)
+        t = f"{q}:task:{task_id}"
+        return TaskKeys(
+            task=t,
+            args=f"{t}:args",
+            result=f"{t}:result",
+            history=f"{t}:history",
+            checkpoints=f"{t}:checkpoints",
+            events=f"{q}:events",
+            counts=f"{q}:counts",
+            stats=f"{q}:stats",
+            dispatch=f"{q}:dispatch",
+            leases=f"{q}:leases",
+            retries=f"{q}:retries",
+            expiry=f"{q}:expiry",
+            index=f"{q}:index",
+            ready=f"{q}:ready",
+            watch=f"{q}:watch",
+            children=f"{t}:children",
+            waiting=f"{q}:waiting",
+            outbox=f"{q}:outbox",
+            notifications=f"{t}:notifications",
+            owners=f"{q}:owners",
+        )
+
+    def idempotency(self, queue: str, owner: str, key: str) -> str:
+        # Hashed: owner and key are user input of any length and alphabet.
+        digest = hashlib.sha256(f"{owner}\0{key}".encode()).hexdigest()[:32]
+        return self.queue_key(queue, f"idem:{digest}")
+
+    def owner_index(self, queue: str, owner: str) -> str:
+        """Zset: one owner's tasks in a queue, scored by creation time (ms)."""
+        return self.queue_key(queue, f"owner:{_owner_digest(owner)}")
+
+    def submit_rate(self, queue: str, owner: str) -> str:
+        """String: one owner's submit-rate state in a queue (the time its quota's bucket is empty
+        until, ms), expiring with it."""
+        return self.queue_key(queue, f"rate:{_owner_digest(owner)}")
+
+    def breaker(self, queue: str, upstream: str) -> str:
+        """Hash: one upstream's circuit breaker state and outcome counts, in one queue."""
+        return self.queue_key(queue, f"breaker:{upstream}")
+
+    def webhooks(self) -> str:
+        """Hash: owner -> default webhook URL for their tasks' notifications."""
+        return f"{self.ns}:webhooks"
+
+    def login_code(self, digest: str) -> str:
+        """String: a one-time login code's user (by the code's SHA-256), with a short TTL."""
+        return f"{self.ns}:login:{digest}"
+
+    def users(self) -> str:
+        """Hash: user name -> JSON record (admin flag, creation time, token digests)."""
+        return f"{self.ns}:users"
+
+    def session(self, digest: str) -> str:
+        """String: a web login session's token digest (by the session id's SHA-256), with the
+        session's lifetime as TTL; deleted at logout, so a copied cookie stops working."""
+        return f"{self.ns}:session:{digest}"
+
+    def global_key(self, name: str) -> str:
+        """A key of no queue, under the global hash tag (one Cluster slot for all of them)."""
+        return f"{self.ns}:{{@global}}:{name}"
+
+    def rate_limit(self, kind: str, address: str) -> str:
+        """String: failed attempts of one kind (``login``, ``bearer``) from one client address in
+        the current window, with the window's remainder as TTL (web/limits.py)."""
+        digest = hashlib.sha256(address.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return self.global_key(f"ratelimit:{kind}:{digest}")
+
+    def tokens(self) -> str:
+        """Hash: sha256 of an API token -> user name (tokens themselves are never stored)."""
+        return f"{self.ns}:tokens"
+
+    def queues(self) -> str:
+        """Set of every queue name that has seen a task (outside any hash tag)."""
+        return f"{self.ns}:queues"
+
+    def data_epoch(self) -> str:
+        """String: the data epoch marker (a random id and the server time of the first use), under
+        the global hash tag ``{@global}``; its loss tells processes that Redis lost its data
+        (engine/core/epoch.py)."""
+        return f"{self.ns}:{{@global}}:epoch"
+
+    def deadline_channels(self) -> list[str]:
+        """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a
+        script announces a deadline sooner than the sweeper's next look (lua/lib/record.lua)."""
+        return [self.queue_key("*", name) for name in ("dispatch", "leases", "retries", "waiting")]

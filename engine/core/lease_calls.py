@@ -1,0 +1,251 @@
+"""The lease holder's calls (the worker side of the Engine): claim, heartbeat, stage, progress,
+checkpoint, complete, fail, release, park. Each is one script call carrying the fencing token.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ghostless.core import breakers as breakers_mod
+from .config import ms
+from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisFull, TaskNotFound
+from .keys import parse_task_id
+from .models import Lease
+from .scripts import refuse
+from .states import State
+from .validate import duration_ms as _duration_ms, text as _text
+
+log = logging.getLogger("ghostless")
+MAX_UNREPORTED = 10_000  # lost-job reports a process keeps while Redis refuses them
+
+
+def client_like(client, **overrides):
+    """A client of its own (own pool) on the same server and settings as ``client``, with
+    ``overrides`` of its connection settings; ``client`` itself where its pool is not a plain
+    one (cluster, sentinel: share it)."""
+    pool = getattr(client, "connection_pool", None)
+    if type(pool) is not redis.ConnectionPool:
+        return client
+    return type(client)(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, max_connections=pool.max_connections,
+        **{**pool.connection_kwargs, **overrides}))
+
+
+def no_resends() -> dict:
+    """Connection settings under which redis-py sends a command once (no retry on any error)."""
+    return {"retry": Retry(NoBackoff(), 0), "retry_on_error": [], "retry_on_timeout": False}
+
+
+def short_client(client, timeout: float):
+    """``client_like`` with socket timeouts of ``timeout`` seconds and no resends: a call to a Redis
+    that hangs or is cut off fails within ``timeout``."""
+    return client_like(client, socket_timeout=timeout, socket_connect_timeout=timeout, **no_resends())
+
+
+def heartbeat_client(client, lease: float):
+    """The client heartbeats of a ``lease``-second lease go on: a heartbeat fails within a third
+    of the lease instead of after the engine client's timeout and resends (~10 s, whatever the
+    lease), so the holder learns within the lease that it can no longer renew it."""
+    return short_client(client, max(lease / 3, 0.01))
+
+
+class LeaseCalls:
+    """Mixed into Engine; uses its redis, keys, registry, scripts, dispatcher."""
+
+    def claim(self, task_id: str, worker: str, dispatch_id: str = "", claim_id: str | None = None) -> Lease:
+        """Take the task's lease for a new attempt (a new, higher fencing token).
+
+        Args:
+            dispatch_id: the executor job's id; a delivery of an older dispatch is refused.
+            claim_id: unique per claim; a resent claim with the same id returns the same lease.
+
+        Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
+            UnknownTaskType (this engine does not run the task's type; nothing is imported),
+            BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task),
+            RedisFull or redis-py's ConnectionError/TimeoutError (the job given is then reported lost:
+            ``job_lost``, so the sweeper dispatches the task again within seconds).
+        """
+        worker = _text("worker", worker)
+        types = "," + ",".join(t.name for t in self.registry) + ","
+        keys = self._keys(task_id)
+        breaker_key, spec, tt = None, "", None
+        if any(t.breaker for t in self.registry):  # only then is the type needed before the claim
+            type_name = self.redis.hget(keys.task, "type")
+            if type_name is None:
+                raise TaskNotFound(task_id)
+            tt = self.registry.get(type_name.decode() if isinstance(type_name, bytes) else type_name)
+            if tt.breaker:
+                breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
+                spec = tt.breaker.spec(tt.breaker_name)
+        try:
+            reply = self.scripts.claim(keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types,
+                                       breaker_key, spec)
+        except (RedisFull, redis.ConnectionError, redis.TimeoutError):
+            if dispatch_id:  # the executor handed this job over: it will not be delivered again
+                self.job_lost(task_id, dispatch_id, patience=self.config.dispatch_grace)
+            raise
+        if reply[0] == Code.BREAKER_OPEN:
+            raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
+        flat = reply[7] if len(reply) > 7 else []
+        return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
+                     type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]),
+                     checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)})
+
+    def job_lost(self, task_id: str, dispatch_id: str, patience: float = 0.0) -> bool:
+        """Report that the executor job ``dispatch_id`` of a QUEUED task will not run (its enqueue
+        or its claim failed): the sweeper looks at the task again within ``Config.dispatch_grace``
+        instead of ``requeue_after``. Never raises. While Redis refuses or cannot be reached it
+        tries again for up to ``patience`` seconds, then keeps the report for
+        ``report_lost_jobs`` (each sweeper tick calls it) and returns False; also False when the
+        dispatch is no longer current (claimed, re-dispatched, ended): nothing to report.
+        """
+        pause, give_up = 0.1, time.monotonic() + patience
+        while True:
+            try:
+                control = self.keys.queue_key(parse_task_id(task_id), "control")
+                reply = self.scripts.dispatch(self._keys(task_id), control, task_id, dispatch_id,
+                                              ms(self.config.dispatch_grace), rearm=True)
+                self._unreported.pop(task_id, None)
+                return reply[0] == Code.REPLAYED
+            except (IllegalTransition, TaskNotFound):
+                self._unreported.pop(task_id, None)
+                return False
+            except (GhostlessError, redis.RedisError) as e:  # RedisFull among them
+                if time.monotonic() + pause > give_up:
+                    if len(self._unreported) < MAX_UNREPORTED:
+                        self._unreported[task_id] = dispatch_id
+                    log.warning("task %s: its job %s is lost and the sweeper could not be told yet (%s)",
+                                task_id, dispatch_id, e)
+                    return False
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
+
+    def report_lost_jobs(self) -> int:
+        """Report again the lost jobs ``job_lost`` could not (Redis refused); stops at the first
+        refusal. Returns how many are still unreported."""
+        for task_id, dispatch_id in list(self._unreported.items()):
+            self.job_lost(task_id, dispatch_id)
+            if task_id in self._unreported:
+                break
+        return len(self._unreported)
+
+    def lease_for_claim(self, task_id: str, claim_id: str) -> Lease | None:
+        """The lease a claim took, while the task is still PROCESSING under it (else None).
+
+        Lets a worker's parent process report on behalf of a work-horse that died.
+        """
+        row = self.redis.hmget(self._keys(task_id).task, "status", "claim_id", "token", "attempt", "type",
+                               "worker", "lease_ms", "max_attempts")
+        status, cid, token, attempt, type_name, worker, lease_ms, max_attempts = (
+            v.decode() if isinstance(v, bytes) else v for v in row)
+        if status != State.PROCESSING.value or cid != claim_id:
+            return None
+        return Lease(task_id=task_id, token=int(token), attempt=int(attempt), args=None, type=type_name,
+                     worker=worker, lease=int(lease_ms) / 1000, max_attempts=int(max_attempts))
+
+    def heartbeat(self, lease: Lease) -> float:
+        """Extend the lease. Returns seconds until the task's earliest deadline.
+
+        Sent on a client of its own whose timeouts are bounded by the lease (``heartbeat_client``).
+        Raises LeaseLost, TaskCancelled (a LeaseLost) when the task was cancelled, AttemptEnded (a
+        LeaseLost, quiet) when the lease's attempt has already reported its outcome, and the
+        client's redis errors (a timeout within a third of the lease)."""
+        clients = self.__dict__.setdefault("_heartbeat_clients", {})
+        via = clients.get(lease.lease)
+        if via is None:
+            via = clients[lease.lease] = heartbeat_client(self.redis, lease.lease)
+        reply = self._holder("heartbeat", lease, ms(lease.lease), lease.worker, via=via)
+        return int(reply[1]) / 1000
+
+    def stage(self, lease: Lease, name: str) -> None:
+        """Enter a declared stage; its deadline (if any) starts now. Raises ValueError, LeaseLost."""
+        timeout_ms = self.registry.get(lease.type).stage_timeout_ms(name)
+        self._holder("stage", lease, name, timeout_ms, lease.worker)
+
+    def progress(self, lease: Lease, fraction: float, message: str = "") -> None:
+        """Report progress (0..1) and a message. Raises ValueError, LeaseLost."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"progress must be a number within 0..1, got {fraction!r}")
+        self._holder("progress", lease, repr(float(fraction)), _text("message", message, empty=True), lease.worker)
+
+    def checkpoint(self, lease: Lease, key: str, value: Any) -> None:
+        """Save a JSON value that later attempts can read (Engine.checkpoints)."""
+        self._holder("checkpoint", lease, _text("checkpoint key", key), self._json("checkpoint", value),
+                     lease.worker)
+
+    def complete(self, lease: Lease, result: Any = None) -> State:
+        """Store the result; the task becomes SUCCESS. A repeat with the same lease is a no-op.
+        Raises ValueError (not JSON, too big), LeaseLost / TaskCancelled (never overwrites)."""
+        result_json = self._json("result", result, self.config.max_result_bytes)
+        breaker_key, spec = self._breaker(lease.type)
+        reply = self._holder("complete", lease, result_json, lease.worker, spec, extra_keys=breaker_key)
+        return State(reply[1])
+
+    def fail(self, lease: Lease, error_kind: str, reason: str = "", retryable: bool = True,
+             retry_in: float | None = None) -> State:
+        """End the attempt in failure: RETRY_WAITING (retryable, attempts left) or FAILED.
+
+        Error kinds the type declares permanent are never retried. ``retry_in``
+        overrides the backoff policy; with 0 the task is dispatched again at once
+        (used when the worker, not the task, failed). Returns the new state.
+        Raises LeaseLost / TaskCancelled (the outcome is never overwritten).
+        """
+        tt = self.registry.get(lease.type)
+        error_kind = _text("error_kind", error_kind)
+        retry = retryable and error_kind not in tt.permanent_errors
+        delay = "" if retry_in is None else _duration_ms("retry_in", retry_in)
+        # Only the task's own retryable failures count against its upstream's breaker.
+        breaker_key, spec = self._breaker(lease.type) if retry and retry_in is None else ((), "")
+        reply = self._holder("fail", lease, error_kind, _text("reason", reason, empty=True),
+                             "1" if retry else "0", random.random(), lease.worker, delay, spec,
+                             extra_keys=breaker_key)
+        state = State(reply[1])
+        if state == State.RETRY_WAITING and retry_in == 0 and reply[0] == Code.OK:
+            self._retry_now(lease.task_id)
+        return state
+
+    def _retry_now(self, task_id: str) -> None:
+        reply = self.scripts.call("promote", self.keys.task(task_id), [])
+        if reply[0] == Code.OK and self.dispatcher.active:
+            self.dispatch(task_id)
+
+    def release(self, lease: Lease, reason: str = "released") -> None:
+        """Give the task back to PENDING without consuming an attempt (graceful shutdown)."""
+        reply = self._holder("release", lease, _text("reason", reason), lease.worker)
+        if self.dispatcher.active and reply[0] == Code.OK:
+            self.dispatch(lease.task_id)
+
+    def _holder(self, verb: str, lease: Lease, *argv, extra_keys=(), via=None) -> list:
+        keys = [*self.keys.task(lease.task_id), *extra_keys]
+        return self.scripts.holder(verb, keys, lease.task_id, lease.token, *argv, via=via)
+
+    def _breaker(self, type_name: str) -> tuple[tuple[str, ...], str]:
+        """(extra KEYS, ARGV spec) of a type's circuit breaker; empty when it has none."""
+        tt = self.registry.get(type_name)
+        if not tt.breaker:
+            return (), ""
+        return (self.keys.breaker(tt.queue, tt.breaker_name),), tt.breaker.spec(tt.breaker_name)
+
+    def park(self, task_id: str, wait: float, upstream: str) -> State:
+        """Set a task whose upstream breaker is open aside: RETRY_WAITING for ``wait`` seconds (no
+        attempt consumed), or FAILED when its type's breaker policy is to fail fast."""
+        type_name = self.redis.hget(self._keys(task_id).task, "type")
+        tt = self.registry.get(type_name.decode() if isinstance(type_name, bytes) else type_name)
+        fast = tt.breaker is not None and tt.breaker.policy == "fail"
+        reply = refuse(self.scripts.call("park", self.keys.task(task_id),
+                                         [_duration_ms("wait", wait), "1" if fast else "0", upstream,
+                                          uuid.uuid4().hex]),
+                       "park", task_id)
+        return State(reply[1])
+
+    def breakers(self) -> list[dict]:
+        """State of every registered type's circuit breaker (dashboard, /metrics)."""
+        return breakers_mod.states(self)

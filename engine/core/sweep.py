@@ -1,0 +1,269 @@
+"""One sweeper tick: act on what is due, and only on that.
+
+Each queue's ``due`` script lists, by server time, a batch from each deadline
+set; the per-task scripts then act as compare-and-set (NOT_DUE when another
+sweeper or the lease holder got there first), so several sweepers may run at once.
+Calls for one batch share a pipeline: one round trip per batch, not per task.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from dataclasses import dataclass, field
+
+from .errors import Code, GhostlessError, UnknownTaskType
+from ghostless.core import dependencies as deps
+from ghostless.core import notify
+from .scripts import parse
+from .states import State
+
+log = logging.getLogger("ghostless.sweeper")
+
+
+@dataclass
+class SweepReport:
+    expired: int = 0  # PROCESSING -> TIMEOUT (-> RETRY_WAITING)
+    timed_out: int = 0  # of those, ended in TIMEOUT for good
+    promoted: int = 0  # RETRY_WAITING -> PENDING
+    dispatched: int = 0  # PENDING/QUEUED handed to the executor again
+    refreshed: int = 0  # QUEUED whose executor job still exists: checked again later
+    purged: int = 0  # terminal tasks past retention, deleted
+    resolved: int = 0  # tasks waiting on parents that became ready or were cancelled
+    notified: int = 0  # webhook notifications handed to delivery tasks
+    overdue: int = 0  # unfinished past their due time: event recorded
+    escalated: int = 0  # unfinished past their escalation time: event recorded
+    next_in: float | None = None  # seconds until the earliest deadline of any queue
+    reasons: dict = field(default_factory=dict)  # expiry reason -> count
+
+    def progress(self) -> int:
+        return (self.expired + self.promoted + self.dispatched + self.refreshed + self.purged + self.overdue
+                + self.escalated + self.resolved + self.notified)
+
+    @property
+    def acted(self) -> bool:
+        return bool(self.expired or self.promoted or self.dispatched or self.purged or self.overdue
+                    or self.escalated or self.resolved or self.notified)
+
+    def summary(self) -> str:
+        parts = [f"{n}={getattr(self, n)}" for n in ("expired", "timed_out", "promoted", "dispatched", "purged", "resolved",
+                                                      "overdue", "escalated", "notified")
+                 if getattr(self, n)]
+        if self.reasons:
+            parts.append("reasons=" + ",".join(f"{k}:{v}" for k, v in sorted(self.reasons.items())))
+        return "sweep " + " ".join(parts)
+
+
+def sweep(engine, batch: int = 1000) -> SweepReport:
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    report = SweepReport()
+    engine.report_lost_jobs()  # lost jobs whose report Redis refused earlier (engine.job_lost)
+    for queue in engine.queues():
+        # Another batch only while the last one was full and moved something: due tasks that
+        # cannot move (a type this process does not know) must not keep the tick spinning.
+        while True:
+            before = report.progress()
+            full = _sweep_queue(engine, queue, batch, report)
+            if not full or report.progress() == before:
+                break
+    return report
+
+
+def _run(engine, name: str, ids: list[str], argv_of) -> list[list]:
+    """Run script ``name`` for every id in one pipeline; replies in order."""
+    if not ids:
+        return []
+    pipe = engine.redis.pipeline(transaction=False)
+    for task_id in ids:
+        engine.scripts.call(name, engine.keys.task(task_id), argv_of(task_id), client=pipe)
+    return [parse(r) for r in pipe.execute()]
+
+
+def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
+    # Without an executor, PENDING tasks wait for a direct claim: the dispatch set is not work.
+    # A draining queue hands nothing to workers: its dispatch set waits until it is resumed.
+    dispatching = engine.dispatcher.active and not engine.redis.hget(engine.keys.queue_key(queue, "control"),
+                                                                         "draining")
+    names = ["leases", "retries", "expiry", "watch", "waiting"] + (["dispatch"] if dispatching else [])
+    lists, next_ms = engine.scripts.due([engine.keys.queue_key(queue, n) for n in names], batch)
+    due = dict(zip(names, lists))
+    lease_ids, retry_ids, expiry_ids = due["leases"], due["retries"], due["expiry"]
+    dispatch_ids = due.get("dispatch", [])
+    if next_ms >= 0:
+        report.next_in = next_ms / 1000 if report.next_in is None else min(report.next_in, next_ms / 1000)
+
+    promoted = []  # a lost heartbeat retries at once: expire promotes it in the same call
+    for tid, r in zip(lease_ids, _run(engine, "expire", lease_ids, lambda _: [random.random()])):
+        if r[0] == Code.OK:
+            report.expired += 1
+            report.timed_out += r[1] == State.TIMEOUT.value
+            reason = r[2].split(":")[0]
+            report.reasons[reason] = report.reasons.get(reason, 0) + 1
+            if r[1] == State.PENDING.value:
+                promoted.append(tid)
+    promoted += [tid for tid, r in zip(retry_ids, _run(engine, "promote", retry_ids, lambda _: []))
+                 if r[0] == Code.OK]
+    report.promoted += len(promoted)
+
+    report.purged += _purge(engine, queue, expiry_ids)
+    report.resolved += sum(1 for tid in due["waiting"] if deps.resolve(engine, tid))
+    for r in _run(engine, "overdue", due["watch"], lambda tid: [tid]):
+        if r[0] == Code.OK:
+            setattr(report, r[1], getattr(report, r[1]) + 1)
+    report.notified += notify.hand_off(engine, queue)  # last: this tick's events are in the outbox
+
+    if dispatching:
+        seen = set(promoted)
+        _redispatch(engine, queue, promoted, report, compare=False)  # this sweeper's own promotions
+        _redispatch(engine, queue, [t for t in dispatch_ids if t not in seen], report)
+    return any(len(ids) >= batch for ids in lists)
+
+
+def _purge(engine, queue: str, task_ids: list[str]) -> int:
+    """Delete terminal tasks past retention (their owner's index entry too)."""
+    if not task_ids:
+        return 0
+    pipe = engine.redis.pipeline(transaction=False)
+    for tid in task_ids:
+        pipe.hget(engine.keys.task(tid).task, "owner")
+    owners = [o.decode() if isinstance(o, bytes) else o for o in pipe.execute()]
+    pipe = engine.redis.pipeline(transaction=False)
+    for tid, owner in zip(task_ids, owners):
+        keys = [*engine.keys.task(tid), *([engine.keys.owner_index(queue, owner)] if owner else [])]
+        engine.scripts.call("purge", keys, [tid], client=pipe)
+    return sum(parse(r)[0] == Code.OK for r in pipe.execute())
+
+
+def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, compare: bool = True) -> None:
+    """Dispatch due tasks again (or re-arm the check of a job that still exists).
+
+    With ``compare`` each dispatch is a compare-and-set on the dispatch-set score read here with
+    the task: another sweeper that dispatched the task since moved that score, so the task is
+    dispatched once, however many sweepers saw it due. A sweeper's own promotions need no compare:
+    the promote was the compare-and-set.
+    """
+    if not task_ids:
+        return
+    pipe = engine.redis.pipeline(transaction=False)
+    dispatch_set = engine.keys.queue_key(queue, "dispatch")
+    for tid in task_ids:
+        pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type", "priority")
+        pipe.zscore(dispatch_set, tid)
+    replies = pipe.execute()
+    for tid, row, score in zip(task_ids, replies[::2], replies[1::2]):
+        status, dispatch_id, type_name, priority = (v.decode() if isinstance(v, bytes) else (v or "") for v in row)
+        if compare and score is None:
+            continue  # left the dispatch set since the due read: claimed, or dispatched by another sweeper
+        if status not in (State.PENDING.value, State.QUEUED.value):
+            continue
+        try:
+            if status == State.QUEUED.value and dispatch_id and engine.dispatcher.job_exists(dispatch_id):
+                # The job is still waiting: look again after requeue_after.
+                engine.scripts.dispatch(engine.keys.task(tid), engine.keys.queue_key(queue, "control"), tid,
+                                        dispatch_id, _requeue_ms(engine))
+                report.refreshed += 1
+            else:
+                if engine.dispatch_known(tid, engine.registry.get(type_name), int(priority or 0),
+                                         seen_score=score if compare else None):
+                    report.dispatched += 1
+        except UnknownTaskType:
+            _warn_unknown(type_name, tid)  # it waits, PENDING, for a sweeper that knows its type
+        except GhostlessError:
+            continue  # changed meanwhile (claimed, cancelled)
+
+
+_warned_types: set[str] = set()
+
+
+def _warn_unknown(type_name: str, task_id: str) -> None:
+    """Once per type and process: a task this sweeper cannot dispatch, as its app lacks the type."""
+    if type_name not in _warned_types:
+        _warned_types.add(type_name)
+        log.warning("task %s of type %r waits: this sweeper's app does not register the type (a sweeper "
+                    "started before the type was added? restart it with the current app)", task_id, type_name)
+
+
+def _requeue_ms(engine) -> int:
+    return int(engine.config.requeue_after * 1000)
+
+
+class Wake:
+    """Wakes a sleeping sweeper when a script sets a deadline sooner than ``config.WAKE_WITHIN``.
+
+    The scripts PUBLISH such a deadline on the channel named after its set (lua/lib/record.lua:
+    place); a daemon thread holds one pub/sub connection on those channels' patterns and sets
+    ``event``. A message lost while Redis is away costs only the old behaviour: the sweeper's
+    next wake-up, at most ``interval`` later.
+    """
+
+    def __init__(self, engine, stop: threading.Event):
+        self.event = threading.Event()
+        self._stop = stop
+        threading.Thread(target=self._listen, args=(engine,), name="ghostless-wake", daemon=True).start()
+        threading.Thread(target=lambda: (stop.wait(), self.event.set()), name="ghostless-wake-stop",
+                         daemon=True).start()
+
+    def _listen(self, engine) -> None:
+        errors = 0
+        while not self._stop.is_set():
+            pubsub = engine.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.psubscribe(*engine.keys.deadline_channels())
+                errors = 0
+                while not self._stop.is_set():
+                    if pubsub.get_message(timeout=0.5) is not None:
+                        self.event.set()
+            except Exception as e:  # noqa: BLE001 - Redis away: listen again; the sweeper still wakes on time
+                errors += 1
+                log.debug("sweeper wake-up channel lost (%s); subscribing again", e)
+                self._stop.wait(min(5.0, 0.1 * 2 ** min(errors, 6)))
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def sleep(self, seconds: float) -> None:
+        """Until ``seconds`` have passed, an earlier deadline was announced, or stop."""
+        self.event.wait(seconds)
+        self.event.clear()
+
+
+def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log=None) -> None:
+    """Sweep until ``stop`` (a threading.Event) is set.
+
+    Between ticks it sleeps until the earliest deadline in its sets, capped by
+    ``interval``, and a deadline set sooner while it sleeps (a short retry, a short delay)
+    wakes it (``Wake``), so due work is acted on within milliseconds. Redis being
+    unreachable is logged and retried; the loop never dies of it. Redis losing its data
+    (engine/core/epoch.py) is logged as an error.
+    """
+    import redis
+
+    log = log or logging.getLogger("ghostless.sweeper")
+    stop = stop or threading.Event()
+    engine.data_epoch.watch(stop=stop)  # logs an error if Redis loses its data while this runs
+    wake = Wake(engine, stop)
+    errors = 0
+    while not stop.is_set():
+        try:
+            report = sweep(engine, batch)
+            errors = 0
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            errors += 1
+            log.warning("sweeper: Redis unreachable (%s); retrying", e)
+            stop.wait(min(interval, 0.1 * 2 ** min(errors, 5)))
+            continue
+        except Exception as e:  # e.g. Redis full (OOM under noeviction): the sweeper must outlive it
+            errors += 1
+            if isinstance(e, redis.exceptions.OutOfMemoryError):  # RedisFull too: no traceback
+                log.warning("sweeper: Redis is full, writes refused (%s); retrying", e)
+            else:
+                log.exception("sweeper: tick failed; retrying")
+            stop.wait(min(max(interval, 1.0), 0.1 * 2 ** min(errors, 5)))
+            continue
+        if report.acted:
+            log.info(report.summary())
+        wait = interval if report.next_in is None else min(interval, report.next_in)
+        wake.sleep(max(wait, 0.001))

@@ -1,0 +1,1 @@
+"""`make demo`: the demo task types, the embedded fakeredis server and the runner."""

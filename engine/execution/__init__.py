@@ -1,0 +1,1 @@
+"""Running tasks on RQ: the dispatcher, the worker classes, runner, heartbeat, contexts."""

@@ -1,0 +1,181 @@
+"""Runs one attempt of a task: claim, heartbeat, the function, then complete or fail.
+
+``run_task(task_id)`` is the RQ job function (the job's only argument is the
+task id). The task function comes from the engine's registry, never from the
+job: a type this worker does not register is refused by the claim and nothing
+is imported.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import sys
+import threading
+
+from rq import get_current_job
+from rq.timeouts import JobTimeoutException
+
+from ghostless.execution import runtime
+from .context import AttemptReleased, AttemptStopped, TaskContext
+from ghostless.core.errors import REDIS_FAULTS, BadArgs, BreakerOpen, IllegalTransition, LeaseLost, PermanentError, RedisUnavailable, TaskNotFound, UnknownTaskType, WrongDispatch
+from .heartbeat import Heartbeat
+
+log = logging.getLogger("ghostless.runner")
+MAX_REASON = 500
+
+
+class VerificationFailed(Exception):
+    """The task type's ``verify`` rejected a result: the attempt fails and is retried."""
+
+
+def _verify(tt, result, ctx) -> None:
+    if tt.verify is None:
+        return
+    try:
+        ok = tt.verify(result, ctx)
+    except Exception as e:  # a check that cannot run is a failed check
+        raise VerificationFailed(f"{type(e).__name__}: {e}") from e
+    if ok is False:
+        raise VerificationFailed("verify() rejected the result")
+
+
+def run_task(task_id: str) -> None:
+    """RQ job entry point. Ends quietly when the claim is refused (duplicate delivery,
+    cancelled, already done): dispatch is at-least-once, the claim exactly-once per attempt."""
+    engine = runtime.engine()
+    job = get_current_job()
+    worker = runtime.worker()
+    name = getattr(worker, "name", None) or f"pid-{os.getpid()}"
+    claim_id = getattr(worker, "claim_id", None)
+    try:
+        lease = engine.claim(task_id, name, dispatch_id=job.id if job else "", claim_id=claim_id)
+    except UnknownTaskType as e:
+        log.error("refused task %s: type %r is not registered in this worker", task_id, e.name)
+        return
+    except (IllegalTransition, WrongDispatch, TaskNotFound, LeaseLost) as e:
+        log.info("claim of %s refused (%s): nothing to do", task_id, e)
+        return
+    except BreakerOpen as e:
+        try:
+            state = engine.park(task_id, e.wait, e.upstream)
+            log.info("task %s: %s; parked (%s)", task_id, e, state)
+        except (IllegalTransition, TaskNotFound) as refused:
+            log.info("task %s changed while parking: %s", task_id, refused)
+        return
+    execute(engine, lease, in_horse=bool(worker is not None and getattr(worker, "is_horse", False)))
+
+
+def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> None:
+    """Run the task function under a heartbeat and report its outcome (once, with the lease)."""
+    tt = engine.registry.get(lease.type)
+    ctx = TaskContext(engine, lease, lease.checkpoints)  # the claim brought them: no extra round trip
+    main = threading.get_ident()
+    hb: Heartbeat
+
+    def force_stop(reason: str) -> None:
+        if in_horse:
+            # A forked work-horse ends here, whatever happens: the parent sees a clean exit and
+            # takes the next job; when the release failed (Redis erring), exit 1 makes the parent
+            # release the task on the horse's behalf (worker.py: _report_lost).
+            code = 0
+            try:
+                if reason == "release" and not (hb.lost or hb.abandoned):
+                    _report(engine.release, lease, "worker shutdown")
+            except BaseException:  # noqa: BLE001 - nothing may keep this horse alive
+                log.exception("task %s: the release at the end of the grace failed", lease.task_id)
+                code = 1
+            finally:
+                os._exit(code)
+        _raise_in(main, AttemptReleased if reason == "release" else AttemptStopped)
+
+    grace = tt.lease if grace is None else grace
+    hb = Heartbeat(engine, ctx, force_stop, grace=max(grace, 1.0))
+    hb.start()
+    try:
+        try:  # bound apart from the call: a TypeError raised inside the function stays retryable
+            bound = tt.bind(ctx, lease.args or {})
+        except BadArgs as e:  # args that can never fit: no attempt will do better
+            raise PermanentError(str(e), kind="bad_args") from None
+        result = tt.fn(*bound.args, **bound.kwargs) if bound is not None else tt.fn(ctx, **(lease.args or {}))
+        _verify(tt, result, ctx)  # still under the heartbeat: a check may take a while
+    except AttemptReleased:
+        if not (hb.lost or hb.abandoned):
+            _report(engine.release, lease, "worker shutdown")
+        return
+    except AttemptStopped:
+        log.warning("task %s stopped by force: %s", lease.task_id, ctx.stop_reason)
+        return
+    except (SystemExit, KeyboardInterrupt):
+        _report(engine.release, lease, "worker stopped")
+        raise
+    except LeaseLost as e:
+        log.warning("task %s lost its lease while running: %s", lease.task_id, e)
+        return
+    except RedisUnavailable as e:  # the engine's call failed, not the task: no attempt consumed
+        log.warning("task %s attempt %d: %s; releasing it", lease.task_id, lease.attempt, e)
+        _release_after_redis_error(hb, engine, lease, e)
+        return
+    except PermanentError as e:
+        _finish(hb, engine.fail, lease, e.kind, _reason(e), False)
+        return
+    except VerificationFailed as e:
+        _finish(hb, engine.fail, lease, "verification_failed", _reason(e), True)
+        return
+    except JobTimeoutException as e:
+        _finish(hb, engine.fail, lease, "timeout", _reason(e) or "job timeout", True)
+        return
+    except Exception as e:  # the task's own failure: retried with its backoff
+        log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, e)
+        _finish(hb, engine.fail, lease, type(e).__name__, _reason(e), True)
+        return
+    finally:
+        hb.stop()
+    try:
+        _finish(hb, engine.complete, lease, result)
+    except ValueError as e:  # not JSON, or too big: fail for good, saying why
+        _finish(hb, engine.fail, lease, "bad_result", _reason(e), False)
+
+
+def _reason(e: BaseException) -> str:
+    """An exception's message as a reason to record: capped, and valid Unicode (a file name decoded
+    with surrogateescape, say, could not be sent to Redis, and the outcome would be lost)."""
+    return str(e)[:MAX_REASON].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _finish(hb: Heartbeat, report, lease, *args) -> None:
+    if hb.lost or hb.abandoned:
+        log.warning("task %s: not reporting the outcome of an attempt whose lease is gone", lease.task_id)
+        return
+    _report(report, lease, *args)
+
+
+def _release_after_redis_error(hb: Heartbeat, engine, lease, e: RedisUnavailable) -> None:
+    """Release the attempt (reason ``redis_error: ...``); when Redis cannot take even that, the lease
+    lapses and the sweeper reclaims the task."""
+    if hb.lost or hb.abandoned:
+        return
+    try:
+        _report(engine.release, lease, "redis_error: " + _reason(e))
+    except REDIS_FAULTS as again:
+        log.warning("task %s: the release failed too (%s): left to its lease", lease.task_id, again)
+
+
+def _report(report, lease, *args) -> None:
+    try:
+        report(lease, *args)
+    except LeaseLost as e:
+        log.warning("outcome of task %s refused: %s", lease.task_id, e)
+
+
+def _raise_in(thread_id: int, exc_type: type[BaseException]) -> None:
+    """Raise ``exc_type`` in another thread at its next Python instruction (a function
+    blocked in C code sees it only when that call returns)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
+
+
+# RQ jobs enqueued before ghostless became one import name store the function path
+# "engine.runner.run_task". RQ imports it by name, so the worker (which imports this module before
+# it dequeues) answers that name with this module. Remove one release after 0.1.
+LEGACY_JOB_FUNC = "engine.runner.run_task"
+sys.modules.setdefault(LEGACY_JOB_FUNC.rpartition(".")[0], sys.modules[__name__])

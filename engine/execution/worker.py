@@ -1,0 +1,235 @@
+"""RQ worker classes wired to the engine, and ``run_worker`` (behind worker.py and
+``ghostless worker``).
+
+- ``fork`` (default): each attempt runs in a forked work-horse. If the horse dies
+  (OOM kill, segfault), the parent reports it at once with the lease's token:
+  a retryable failure ``worker_lost`` that is dispatched again immediately.
+- ``simple``: attempts run in the worker process itself (no isolation).
+
+Shutdown: the first SIGTERM lets the running attempt finish within the grace
+period, then releases it (PROCESSING -> PENDING, no attempt consumed); a second
+SIGTERM stops at once, releasing the lease on the way out.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import uuid
+from datetime import timedelta
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+from rq import SimpleWorker, Worker
+from rq.serializers import JSONSerializer
+from rq.utils import now
+
+from ghostless.execution import runner  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
+from ghostless.execution import runtime
+from ghostless.core.errors import REDIS_FAULTS, GhostlessError
+from ghostless.core.lease_calls import client_like, no_resends
+from .outage import RidesOutRedis
+from .rq_dispatch import rq_queue_names
+
+log = logging.getLogger("ghostless.worker")
+WORKER_CLASSES = ("fork", "simple")
+REDIS_RETRIES = 14  # with ExponentialBackoff(cap=1 s, base=50 ms): about 10 s of resends
+
+
+class _EngineHooks(RidesOutRedis):
+    """What both worker classes add to RQ's: a claim id per job, reports for lost attempts, and
+    riding out Redis failures (engine/execution/outage.py)."""
+
+    engine = None
+    claim_id: str | None = None
+    _task_id: str | None = None
+
+    def execute_job(self, job, queue):
+        # Made before the fork, so the parent knows which claim its horse made.
+        self.claim_id = uuid.uuid4().hex
+        self._task_id = job.args[0] if job.args else None
+        self._job_id = job.id
+        try:
+            super().execute_job(job, queue)
+        except REDIS_FAULTS as e:  # RQ's bookkeeping around the job: the attempt reports on its own
+            self._redis_failed(e)
+            self._outlive_horse()
+        finally:
+            self._task_id = None
+
+    def _outlive_horse(self) -> None:
+        """Never leave a work-horse without its parent: wait for it (its heartbeat thread ends
+        an attempt that cannot reach Redis within lease + grace)."""
+        if getattr(self, "horse_pid", 0):
+            _, status, _ = self.wait_for_horse()
+            self._horse_pid = 0
+            if status:
+                self._report_lost(f"work-horse exited with status {os.waitstatus_to_exitcode(status)}",
+                                  release=runtime.shutdown_requested.is_set())
+
+    def _set_ip_address(self, connection) -> None:
+        # The embedded demo server (engine/demo/fakeserver.py: fakeredis over TCP) writes CLIENT INFO's
+        # addr as a Python tuple, "addr=('127.0.0.1', 5)": the space breaks redis-py's parser, a
+        # ValueError RQ does not expect. CLIENT LIST parses; real Redis never raises this.
+        try:
+            super()._set_ip_address(connection)
+        except ValueError:
+            mine = [c.get("addr") for c in connection.client_list() if c.get("name") == self.name]
+            self.ip_address = str(mine[0]) if mine else "unknown"
+
+    def _report_lost(self, why: str, release: bool) -> None:
+        """Report the attempt our horse held (if it still holds it) on its behalf."""
+        if not self._task_id or not self.claim_id:
+            return
+        try:
+            lease = self.engine.lease_for_claim(self._task_id, self.claim_id)
+            if lease is None:
+                # The horse reported itself, or the lease was taken away, or the horse died
+                # before its claim: then the task is still QUEUED under this job, which is gone.
+                self._redispatch_unclaimed()
+                return
+            if release:
+                self.engine.release(lease, why)
+            else:
+                self.engine.fail(lease, "worker_lost", why, retryable=True, retry_in=0)
+            log.warning("task %s: %s (%s)", self._task_id, "released" if release else "reported lost", why)
+        except (GhostlessError, OSError, redis.RedisError) as e:
+            log.warning("could not report task %s after %s: %s", self._task_id, why, e)
+
+    def _redispatch_unclaimed(self) -> None:
+        row = self.engine.redis.hmget(self.engine.keys.task(self._task_id).task, "status", "dispatch_id")
+        status, dispatch_id = (v.decode() if isinstance(v, bytes) else v for v in row)
+        if status == "QUEUED" and dispatch_id == getattr(self, "_job_id", None):
+            self.engine.dispatch(self._task_id)
+            log.warning("task %s: its job died before the claim; dispatched again", self._task_id)
+
+
+class GhostlessWorker(_EngineHooks, Worker):
+    """Fork worker: isolation per attempt, instant report of a dead work-horse."""
+
+    def main_work_horse(self, job, queue):
+        # In the horse, RQ's few short commands go through the engine's pool: one new connection
+        # per horse instead of two. (The parent keeps its own pool for RQ, whose blocking dequeue
+        # needs a long socket timeout: see rq_connection.)
+        pool = getattr(self.engine.redis, "connection_pool", None)
+        if isinstance(pool, redis.ConnectionPool) and self.connection is not self.engine.redis:
+            self.connection.connection_pool = pool
+        super().main_work_horse(job, queue)
+
+    def setup_work_horse_signals(self):
+        super().setup_work_horse_signals()
+        # The parent forwards a warm shutdown as SIGUSR1. A SIGTERM sent to the whole process group
+        # or cgroup (systemd's default, docker stop of a container) reaches the horse too: the same
+        # grace, not an instant death. A cold stop kills the horse with SIGKILL.
+        signal.signal(signal.SIGUSR1, lambda *_: runtime.request_shutdown())
+        signal.signal(signal.SIGTERM, lambda *_: runtime.request_shutdown())
+
+    def handle_work_horse_killed(self, job, retpid, ret_val, rusage):
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)
+        if ret_val and os.WIFSIGNALED(ret_val):
+            why = f"work-horse killed by {signal.Signals(os.WTERMSIG(ret_val)).name}"
+        else:
+            why = f"work-horse exited with status {os.waitstatus_to_exitcode(ret_val) if ret_val else ret_val}"
+        self._report_lost(why, release=runtime.shutdown_requested.is_set())
+
+    def handle_warm_shutdown_request(self):
+        runtime.request_shutdown()
+        if self.horse_pid:
+            try:
+                os.kill(self.horse_pid, signal.SIGUSR1)  # the horse's heartbeat thread runs the grace
+            except ProcessLookupError:
+                pass
+
+    def request_force_stop(self, signum, frame):
+        # RQ ignores a repeat within 1 s of the first signal (one SIGTERM delivered twice, by a
+        # pool and by the terminal): so must we, or the duplicate would kill the horse.
+        requested = self._shutdown_requested_date
+        if requested is not None and now() - requested < timedelta(seconds=1):
+            return super().request_force_stop(signum, frame)
+        if self.horse_pid:
+            self.kill_horse()
+            self.wait_for_horse()
+            self._report_lost("worker stopped", release=True)
+        super().request_force_stop(signum, frame)
+
+
+class GhostlessSimpleWorker(_EngineHooks, SimpleWorker):
+    """Runs attempts in the worker process; a forced stop interrupts the function."""
+
+    def handle_warm_shutdown_request(self):
+        runtime.request_shutdown()
+
+
+def ride_out_redis_restarts(client, retries: int = REDIS_RETRIES) -> None:
+    """Resend an engine command that met a connection error, with backoff (about 10 s in all).
+
+    A work-horse's outcome report (complete, fail, release) then rides out a Redis restart or
+    failover instead of being lost; every ghostless script is idempotent to a resend
+    (DESIGN.md, invariant 5). A longer outage still raises, and the heartbeat thread abandons
+    the attempt. Timeouts are not resent; heartbeats go on a client of their own without
+    resends (Engine.heartbeat), so a Redis that hangs reaches the heartbeat thread within the lease.
+    """
+    if hasattr(client, "set_retry"):
+        client.set_retry(Retry(ExponentialBackoff(cap=1.0, base=0.05), retries,
+                               supported_errors=(redis.ConnectionError,)))
+
+
+def resolve_driver_info_once(client) -> None:
+    """Give the client's pool one resolved DriverInfo for every connection it will open.
+
+    redis-py (8.x) otherwise resolves its own version for each new connection by reading and
+    parsing its package metadata from disk (``importlib.metadata.version``: about 1 ms). A
+    fork worker's work-horse opens its connections afresh for every job, so every job paid
+    that twice (its engine connection and RQ's). Resolved here, in the worker's parent, once.
+    """
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict) or "driver_info" in kwargs:  # set by the user (None: no CLIENT SETINFO)
+        return
+    try:
+        from redis.driver_info import resolve_driver_info
+        from redis.utils import SENTINEL
+    except ImportError:  # a redis-py without DriverInfo: nothing to resolve
+        return
+    kwargs["driver_info"] = resolve_driver_info(SENTINEL, kwargs.pop("lib_name", SENTINEL),
+                                                kwargs.pop("lib_version", SENTINEL))
+
+
+def rq_connection(client):
+    """A client of its own for RQ, on the same server and settings, without resends.
+
+    RQ raises its connection's socket timeout above its blocking dequeue (minutes). On a
+    shared pool, the engine's calls would inherit it: a call to a Redis that hangs (network
+    partition) would block for minutes instead of failing within the engine's socket timeout.
+    No resends: the worker rides out a failing Redis itself (engine/execution/outage.py), and a resending
+    RQ call would keep it from watching its work-horse for ~10 s at a time.
+    """
+    return client_like(client, **no_resends())
+
+
+def build_worker(engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None,
+                 **kwargs):
+    if worker_class not in WORKER_CLASSES:
+        raise ValueError(f"worker class must be one of {', '.join(WORKER_CLASSES)}")
+    names = queues or engine.registry.queues()
+    if not names:
+        raise ValueError("no queues: register task types in the app or name queues on the command line")
+    cls = GhostlessWorker if worker_class == "fork" else GhostlessSimpleWorker
+    ride_out_redis_restarts(engine.redis)
+    resolve_driver_info_once(engine.redis)
+    # Highest priority first across all the worker's queues: BLPOP takes the first non-empty list.
+    by_queue = [rq_queue_names(engine.keys.ns, q) for q in names]
+    lists = [level[i] for i in range(len(by_queue[0])) for level in by_queue]
+    worker = cls(lists, connection=rq_connection(engine.redis),
+                 name=name, serializer=JSONSerializer, job_monitoring_interval=2, **kwargs)
+    worker.engine = engine
+    runtime.install(engine, worker)
+    return worker
+
+
+def run_worker(engine, queues: list[str] | None = None, worker_class: str = "fork", burst: bool = False,
+               name: str | None = None, logging_level: str = "INFO") -> bool:
+    """Start an RQ worker for the engine's queues (all registered ones by default)."""
+    worker = build_worker(engine, queues, worker_class, name)
+    return worker.work(burst=burst, logging_level=logging_level, with_scheduler=False)

@@ -1,0 +1,1 @@
+"""Periodic tasks: schedules (one task per period) and the rq-scheduler loop."""
