@@ -20,8 +20,10 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
-# The whole suite on the pinned versions, then the lowest supported ones (check-min).
+# The layer contracts (pyproject.toml [tool.importlinter]), the whole suite on the pinned versions,
+# then the lowest supported ones (check-min).
 test: $(STAMP)
+	LINT_IMPORTS=$(BIN)/lint-imports .ci/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory check-min
 

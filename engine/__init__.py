@@ -10,6 +10,11 @@ from ghostless.core.models import Event, Lease, Task
 from ghostless.core.registry import Backoff, Breaker, TaskType
 from ghostless.core.states import State, TERMINAL, TRANSITIONS
 
+# The layers above the core supply what it names but does not import: the "rq" dispatcher that
+# Engine(redis) defaults to, and engine.periodic(...). Importing any ghostless module runs this first.
+import ghostless.execution.rq_dispatch  # noqa: E402,F401
+import ghostless.periodic.schedules  # noqa: E402,F401
+
 __all__ = [
     "BadArgs", "Backoff", "Breaker", "BreakerOpen", "Code", "Config", "Engine", "Event", "GhostlessError", "IdempotencyConflict", "IllegalTransition",
     "Lease", "LeaseLost", "PermanentError", "Quota", "QuotaExceeded", "RedisFull", "RedisSetupError", "State", "TERMINAL", "TRANSITIONS", "Task",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from flask import Blueprint, g, jsonify, request
 from werkzeug.exceptions import NotFound
 
-from ghostless import GhostlessError
+from ghostless.core.errors import GhostlessError
 
 from .api import task_json
 from .auth import UNAUTHORIZED, current_user, require_user

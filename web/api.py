@@ -11,7 +11,9 @@ import time
 
 from flask import Blueprint, current_app, g, jsonify, request
 
-from ghostless import GhostlessError, State, Task
+from ghostless.core.errors import GhostlessError
+from ghostless.core.models import Task
+from ghostless.core.states import State
 from ghostless.web import queries as wq
 
 from .auth import require_user

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ghostless import State
+from ghostless.core.states import State
 from ghostless.web import queries as wq
 
 from . import charts

@@ -11,7 +11,7 @@ import threading
 
 from flask import Flask, current_app
 
-from ghostless import Engine
+from ghostless.core.engine import Engine
 from ghostless.core.app import load_app
 
 from .broker import Broker

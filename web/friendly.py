@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from ghostless import State, Task
+from ghostless.core.models import Task
+from ghostless.core.states import State
 
 
 @dataclass

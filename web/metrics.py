@@ -36,7 +36,7 @@ from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from ghostless import State
+from ghostless.core.states import State
 
 from .auth import UNAUTHORIZED, current_user
 from .deps import get_engine

@@ -18,7 +18,7 @@ import json
 
 from flask import Blueprint, current_app, g, redirect, render_template, request, session, url_for
 
-from ghostless import State
+from ghostless.core.states import State
 from ghostless.web import queries as wq
 
 from . import dashboard as dash

@@ -177,26 +177,8 @@ def throughput(engine, minutes: int = 5) -> dict:
 
 
 def workers(engine) -> list[dict]:
-    """RQ workers serving this namespace's queues (from RQ's own registry)."""
-    from rq import Worker
-
-    prefix = engine.keys.ns + "."
-    try:
-        found = Worker.all(connection=engine.redis)
-    except Exception:  # noqa: BLE001 - RQ data we cannot read must not break the dashboard
-        log.exception("cannot list RQ workers")
-        return []
-    out = []
-    for w in found:
-        queues = w.queue_names()
-        if not any(q.startswith(prefix) for q in queues):
-            continue
-        out.append({"name": w.name, "hostname": _s(w.hostname), "pid": w.pid, "state": str(w.get_state()),
-                    "queues": [q[len(prefix):] if q.startswith(prefix) else q for q in queues],
-                    "current_job": w.get_current_job_id(),
-                    "last_heartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
-                    "started_at": w.birth_date.timestamp() if w.birth_date else None})
-    return out
+    """The executor's workers serving this namespace (RQ's registry, read by the execution layer)."""
+    return engine.dispatcher.workers()
 
 
 def script_shas() -> dict[str, str]:

@@ -167,7 +167,3 @@ def user_revoke(app_spec, redis_url, name):
     if not _engine(app_spec, redis_url).users.revoke(name):
         raise click.ClickException(f"no user {name!r}")
     click.echo(f"revoked {name}")
-
-
-from ghostless.cli import ops as cli_ops  # noqa: E402,F401  (submit, show, cancel, edit, retry, tail, stats, check, scheduler)
-from ghostless.cli import admin as cli_admin  # noqa: E402,F401  (reclaim, retry-failed, drain, resume)

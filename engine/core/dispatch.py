@@ -1,12 +1,13 @@
 """The dispatch hook: how the engine hands a PENDING task to an executor.
 
-The RQ executor (engine/execution/rq_dispatch.py, next issue) implements this protocol.
+The RQ executor (engine/execution/rq_dispatch.py) implements this protocol and registers itself
+under the name ``"rq"`` (``register``): the core names no executor, the execution layer supplies it.
 Without one, tasks wait in PENDING in the ``dispatch`` deadline set, and a
 worker may still claim them directly.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 
 class Dispatcher(Protocol):
@@ -25,6 +26,9 @@ class Dispatcher(Protocol):
     def job_exists(self, dispatch_id: str) -> bool:
         """Whether the job of a QUEUED task is still waiting or running (sweeper check)."""
 
+    def workers(self) -> list[dict]:
+        """The executor's workers serving this namespace (the dashboard's list); [] when it has none."""
+
 
 class NullDispatcher:
     active = False
@@ -34,3 +38,23 @@ class NullDispatcher:
 
     def job_exists(self, dispatch_id) -> bool:  # pragma: no cover
         return False
+
+    def workers(self) -> list[dict]:
+        return []
+
+
+#: name -> factory ``(redis, namespace) -> Dispatcher``; filled by the execution layer at import
+#: (``import ghostless`` imports it), so ``Engine(redis)`` dispatches to RQ without the core naming it.
+FACTORIES: dict[str, Callable[..., Dispatcher]] = {}
+
+
+def register(name: str, factory: Callable[..., Dispatcher]) -> None:
+    FACTORIES[name] = factory
+
+
+def make(name: str, redis, namespace: str) -> Dispatcher:
+    try:
+        factory = FACTORIES[name]
+    except KeyError:
+        raise ValueError(f"no dispatcher named {name!r} (registered: {sorted(FACTORIES)})") from None
+    return factory(redis, namespace)

@@ -15,11 +15,11 @@ from typing import Any, Callable
 import redis as redis_lib
 
 from ghostless.core import check as check_mod
+from ghostless.core import dispatch as dispatch_mod
 from ghostless.core import dependencies as deps
 from ghostless.core import notify
 from ghostless.core import listing
 from ghostless.core import priority as priority_mod
-from ghostless.periodic import schedules as periodic_mod
 from ghostless.core import stats as stats_mod
 from ghostless.core import sweep as sweep_mod
 from .config import Config, ms
@@ -40,6 +40,10 @@ from .validate import duration_ms as _duration_ms, json_text as _json_text, text
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
+#: verbs the layers above the core supply (``periodic``: ghostless.periodic.schedules.register).
+EXTENSIONS: dict = {}
+
+
 class Engine(LeaseCalls):
     """A ghostless engine bound to one Redis and one namespace.
 
@@ -58,9 +62,8 @@ class Engine(LeaseCalls):
         self.keys = Keys(namespace)
         self.config = config or Config()
         self.registry = Registry()
-        if dispatcher == "rq":
-            from ghostless.execution.rq_dispatch import RQDispatcher
-            dispatcher = RQDispatcher(redis, namespace)
+        if isinstance(dispatcher, str):  # "rq": registered by ghostless.execution (engine/core/dispatch.py)
+            dispatcher = dispatch_mod.make(dispatcher, redis, namespace)
         self.dispatcher = dispatcher or NullDispatcher()
         self.scripts = Scripts(redis, self.config, on_resolve=lambda key: deps.resolve_due(self, key))
         self._known_queues: set[str] = set()
@@ -104,7 +107,10 @@ class Engine(LeaseCalls):
 
         return register
 
-    periodic = periodic_mod.register  # engine.periodic(name, cron=..., args=...): engine/periodic/schedules.py
+    def periodic(self, name: str, **kwargs):
+        """``engine.periodic(name, cron=..., args=...)``: register a periodic task. The periodic layer
+        does it (engine/periodic/schedules.py ``register``; it installs itself in ``EXTENSIONS``)."""
+        return EXTENSIONS["periodic"](self, name, **kwargs)
 
     def queues(self) -> list[str]:
         """Every queue with registered types or submitted tasks."""

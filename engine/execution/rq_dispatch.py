@@ -5,12 +5,17 @@ Jobs use RQ's JSON serializer (never pickle), a job id unique per dispatch,
 """
 from __future__ import annotations
 
-from rq import Queue
+import logging
+
+from rq import Queue, Worker
 from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
+from ghostless.core.dispatch import register
 from ghostless.core.priority import LEVELS
+
+log = logging.getLogger("ghostless.dispatch")
 
 JOB_FUNC = "ghostless.execution.runner.run_task"
 GRACE = 30.0  # RQ's job timeout is the attempt timeout plus this: the engine's deadline fires first
@@ -63,3 +68,30 @@ class RQDispatcher:
         if status == JobStatus.QUEUED:
             return self.redis.lpos(Queue(job.origin, connection=self.redis).key, dispatch_id) is not None
         return status in (JobStatus.SCHEDULED, JobStatus.DEFERRED)
+
+    def workers(self) -> list[dict]:
+        """RQ workers serving this namespace's queues (from RQ's own registry; the dashboard's list)."""
+        prefix = self.namespace + "."
+        try:
+            found = Worker.all(connection=self.redis)
+        except Exception:  # noqa: BLE001 - RQ data we cannot read must not break the dashboard
+            log.exception("cannot list RQ workers")
+            return []
+        out = []
+        for w in found:
+            queues = w.queue_names()
+            if not any(q.startswith(prefix) for q in queues):
+                continue
+            out.append({"name": w.name, "hostname": _s(w.hostname), "pid": w.pid, "state": str(w.get_state()),
+                        "queues": [q[len(prefix):] if q.startswith(prefix) else q for q in queues],
+                        "current_job": w.get_current_job_id(),
+                        "last_heartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
+                        "started_at": w.birth_date.timestamp() if w.birth_date else None})
+        return out
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else ("" if v is None else str(v))
+
+
+register("rq", RQDispatcher)  # Engine(redis) / Engine(..., dispatcher="rq") (engine/core/dispatch.py)

@@ -36,6 +36,7 @@ from datetime import datetime, timedelta, timezone
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
+from ghostless.core.engine import EXTENSIONS
 from ghostless.core.errors import GhostlessError, IdempotencyConflict
 
 log = logging.getLogger("ghostless.scheduler")
@@ -307,3 +308,6 @@ def describe(engine, now_ms: int | None = None) -> list[dict]:
                      "last_fired": iso(_dt(state[0])) if state and state[1] else None,
                      "last_task": state[1] if state and state[1] else None})
     return rows
+
+
+EXTENSIONS["periodic"] = register  # Engine.periodic(...) (the core does not import this layer)

@@ -10,6 +10,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq import Worker
 
+from ghostless.execution.rq_dispatch import RQDispatcher
+
 from ghostless import Engine, State
 from ghostless.core.app import AppError
 from ghostless.web import queries as wq
@@ -241,6 +243,7 @@ def test_stats_show_counts_throughput_workers_and_breakers(client, auth, engine)
     task_in(engine, State.PENDING)
     worker = Worker(["t.images"], connection=engine.redis, name="w-images")
     worker.register_birth()
+    engine.dispatcher = RQDispatcher(engine.redis, "t")  # workers are the executor's: RQ's registry
     r = client.get("/api/stats?minutes=2", headers=auth["alice"])
     assert r.status_code == 200
     body = r.get_json()
