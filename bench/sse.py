@@ -176,10 +176,10 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
            "GHOSTLESS_STREAMS_PER_USER": str(n), "GHOSTLESS_HELD_MAX": str(n + 8)}
     py = sys.executable
     if kind == "ghostless-gthread":
-        args = [py, "-m", "engine", "web", "--app", "bench.sse:engine", "--port", str(port), "--workers", "1",
+        args = [py, "-m", "ghostless", "web", "--app", "bench.sse:engine", "--port", str(port), "--workers", "1",
                 "--threads", str(n + 64), "--log-level", "WARNING"]
     elif kind == "ghostless-gevent":
-        args = [py, "-m", "engine", "web", "--app", "bench.sse:engine", "--port", str(port), "--workers", "1",
+        args = [py, "-m", "ghostless", "web", "--app", "bench.sse:engine", "--port", str(port), "--workers", "1",
                 "--server", "gevent", "--connections", str(n + 200), "--log-level", "WARNING"]
     else:
         args = [py, "-m", "gunicorn", "-k", "gevent", "-w", "1", "--worker-connections", str(n + 200),

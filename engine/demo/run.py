@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         # workers, work-horses), so nothing is left running.
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL} if args.once else {}
         quiet["start_new_session"] = True
-        cli = [sys.executable, "-m", "engine"]
+        cli = [sys.executable, "-m", "ghostless"]
         procs.append(subprocess.Popen(cli + ["sweeper", "--app", APP, "--interval", "0.5"], env=env, cwd=ROOT,
                                       **quiet))
         for i in range(2):

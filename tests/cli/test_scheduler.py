@@ -52,7 +52,7 @@ def test_two_schedulers_and_a_restart_make_exactly_one_task_per_period(engine):
     import os
 
     def scheduler() -> Proc:
-        return Proc([sys.executable, "-m", "engine", "scheduler", "--interval", "0.2"],
+        return Proc([sys.executable, "-m", "ghostless", "scheduler", "--interval", "0.2"],
                     {**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def periods() -> Counter:

@@ -82,7 +82,7 @@ def test_tail_refuses_a_malformed_since_and_an_unknown_task(engine, cli):
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["real"], indirect=True)  # another process: a real redis-server
 def test_tail_process_prints_events_live_and_ctrl_c_ends_it_cleanly(engine):
-    tail = Proc([sys.executable, "-m", "engine", "tail"], {**os.environ, "PYTHONUNBUFFERED": "1"})
+    tail = Proc([sys.executable, "-m", "ghostless", "tail"], {**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         wait_until(lambda: "following 2 queue(s) from now" in tail.output(), what="the tail to start")
         task = engine.submit("render", {"prompt": "live"}, owner="alice")

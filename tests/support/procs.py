@@ -107,4 +107,4 @@ def start_worker(env: dict, app: str = "tests.apps.basic:engine", worker_class: 
 
 
 def start_sweeper(env: dict, app: str = "tests.apps.basic:engine", interval: float = 0.5) -> Proc:
-    return Proc([sys.executable, "-m", "engine", "sweeper", "--app", app, "--interval", str(interval)], env)
+    return Proc([sys.executable, "-m", "ghostless", "sweeper", "--app", app, "--interval", str(interval)], env)

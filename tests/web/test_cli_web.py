@@ -117,7 +117,7 @@ def test_web_serves_the_api_and_live_events_with_gunicorn(redis_server):
     env = {**os.environ, "GHOSTLESS_REDIS_URL": redis_server.url, "GHOSTLESS_TEST_NS": "t",
            "GHOSTLESS_SECRET_KEY": "k", "PYTHONPATH": str(ROOT)}
     env.pop("GHOSTLESS_TEST_FAKE", None)
-    proc = Proc([sys.executable, "-m", "engine", "web", "--app", APP, "--port", str(port), "--workers", "1",
+    proc = Proc([sys.executable, "-m", "ghostless", "web", "--app", APP, "--port", str(port), "--workers", "1",
                  "--threads", "4"], env)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -185,7 +185,7 @@ def test_a_real_multi_process_web_without_a_key_exits_at_once_with_one_line(redi
     env = {**os.environ, "GHOSTLESS_REDIS_URL": redis_server.url, "GHOSTLESS_TEST_NS": "t", "PYTHONPATH": str(ROOT)}
     for name in ("GHOSTLESS_SECRET_KEY", "GHOSTLESS_TEST_FAKE"):
         env.pop(name, None)
-    proc = Proc([sys.executable, "-m", "engine", "web", "--app", APP, "--port", str(free_port()),
+    proc = Proc([sys.executable, "-m", "ghostless", "web", "--app", APP, "--port", str(free_port()),
                  "--workers", "2", "--threads", "2"], env)
     try:
         wait_until(lambda: not proc.alive(), timeout=30, what="the web command to refuse and exit")

@@ -43,7 +43,7 @@ def start_web(redis_server):
                     "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), **env}
         for name in ("GHOSTLESS_TEST_FAKE", "GHOSTLESS_HELD_MAX"):
             full_env.pop(name, None)
-        proc = Proc([sys.executable, "-m", "engine", "web", "--app", APP, "--port", str(port),
+        proc = Proc([sys.executable, "-m", "ghostless", "web", "--app", APP, "--port", str(port),
                      "--server", server, *args], full_env)
         procs.append(proc)
         base = f"http://127.0.0.1:{port}"
