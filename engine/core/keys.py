@@ -167,7 +167,7 @@ class Keys:
         """String: the data epoch marker (a random id and the server time of the first use), under
         the global hash tag ``{@global}``; its loss tells processes that Redis lost its data
         (engine/core/epoch.py)."""
-        return f"{self.ns}:{{@global}}:epoch"
+        return self.global_key("epoch")
 
     def deadline_channels(self) -> list[str]:
         """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a
