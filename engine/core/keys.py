@@ -169,6 +169,17 @@ class Keys:
         (engine/core/epoch.py)."""
         return self.global_key("epoch")
 
+    def periodic_state(self, name: str) -> str:
+        """Hash: a periodic schedule's last fired period (ms), its task and when it was recorded
+        (engine/periodic/schedules.py). Outside any hash tag: its name is kept from before the
+        global tag, so a deployment's schedules keep their state across an upgrade."""
+        return f"{self.ns}:periodic:{name}"
+
+    def scheduler_lock(self) -> str:
+        """String: the lock of the scheduler tick (engine/periodic/scheduler.py), per namespace, held by
+        the scheduler working now; a short TTL. Outside any hash tag, like ``periodic_state``."""
+        return f"{self.ns}:scheduler_lock"
+
     def deadline_channels(self) -> list[str]:
         """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a
         script announces a deadline sooner than the sweeper's next look (lua/lib/record.lua)."""

@@ -40,7 +40,7 @@ class PeriodicScheduler(Scheduler):
     def __init__(self, engine, interval: float = 1.0, name: str | None = None):
         super().__init__(connection=engine.redis, interval=interval, name=name)
         self.engine = engine
-        self.scheduler_lock_key = f"{engine.keys.ns}:scheduler_lock"
+        self.scheduler_lock_key = engine.keys.scheduler_lock()
         self.stopping = False
         self.firings: list[Firing] = []
 

@@ -188,7 +188,7 @@ def _log_gap(schedule: Schedule, start: datetime) -> None:
 
 # -- state ----------------------------------------------------------------------------------------
 def _state_key(engine, name: str) -> str:
-    return f"{engine.keys.ns}:periodic:{name}"
+    return engine.keys.periodic_state(name)
 
 
 def _state(engine, name: str) -> tuple[int, str] | None:

@@ -123,7 +123,7 @@ def test_changed_args_within_a_period_keep_the_periods_first_task(engine, caplog
     first = fire(engine, "nightly", at(2026, 3, 2, 3))
     redeployed = register_test_types(Engine(engine.redis, namespace=engine.keys.ns, dispatcher=None))
     redeployed.periodic("nightly", type="render", cron="0 2 * * *", args={"prompt": "v2"})
-    engine.redis.delete(f"{engine.keys.ns}:periodic:nightly")  # as if the state were lost
+    engine.redis.delete(engine.keys.periodic_state("nightly"))  # as if the state were lost
     with caplog.at_level(logging.WARNING, logger="ghostless.scheduler"):
         again = fire(redeployed, "nightly", at(2026, 3, 2, 4))
     assert (again.outcome, again.task_id) == ("conflict", first.task_id)
