@@ -168,7 +168,7 @@ def chunks(seq, size: int):
 # Engine.submit / Engine.claim / Engine.complete build their script call inline and run it at once,
 # so a caller cannot put them in a pipeline. Rather than duplicate their argv building (it changed
 # three times in the hour these benches were written), the shim runs the real Engine method with
-# engine.scripts.call swapped for a function that raises _Captured(name, keys, argv): the method
+# engine.scripts._call swapped for a function that raises _Captured(name, keys, argv): the method
 # validates and builds exactly what it would send, and stops there. The proposed replacement is a
 # public Engine helper returning (script, keys, argv) per call; see the final report.
 # verify_shim() checks the captured calls against what the real methods send when run.
@@ -184,13 +184,13 @@ def captured_call(engine: Engine, method, *args, **kwargs) -> tuple[str, list, l
     def grab(name, keys, argv, client=None, via=None):
         raise _Captured(name, list(keys), list(argv))
 
-    engine.scripts.call = grab
+    engine.scripts._call = grab
     try:
         method(*args, **kwargs)
     except _Captured as c:
         return c.call
     finally:
-        del engine.scripts.call  # back to the bound method
+        del engine.scripts._call  # back to the bound method
     raise AssertionError(f"{method.__name__} made no script call")
 
 
@@ -222,19 +222,19 @@ def verify_shim(engine: Engine, type_name: str, args: dict, result) -> None:
     """Run the real Engine.submit/claim/complete once, recording the script calls they make, and
     check the shim captures the same (the claim id is random: compared without it)."""
     seen = []
-    real_call = engine.scripts.call
+    real_call = engine.scripts._call
 
     def record(name, keys, argv, client=None, via=None):
         seen.append((name, list(keys), list(argv)))
         return real_call(name, keys, argv, client=client, via=via)
 
-    engine.scripts.call = record
+    engine.scripts._call = record
     try:
         task = engine.submit(type_name, args, owner="bench")
         lease = engine.claim(task.id, "w1")
         engine.complete(lease, result)
     finally:
-        del engine.scripts.call
+        del engine.scripts._call
     assert [s[0] for s in seen] == ["submit", "claim", "complete"], [s[0] for s in seen]
     submitted = submit_call(engine, type_name, args, owner="bench")
     _, name, keys, argv = submitted
@@ -256,16 +256,16 @@ def pipelined_lifecycles(engine: Engine, type_name: str, args: dict, result, n: 
         batch_ids = []
         for _ in range(size):
             tid, name, keys, argv = submit_call(engine, type_name, args, owner="bench")
-            engine.scripts.call(name, keys, argv, client=pipe)
+            engine.scripts._call(name, keys, argv, client=pipe)
             batch_ids.append(tid)
         _expect_ok(pipe.execute(), "submit")
         pipe = engine.redis.pipeline(transaction=False)
         for tid in batch_ids:
-            engine.scripts.call(*claim_call(engine, tid, worker), client=pipe)
+            engine.scripts._call(*claim_call(engine, tid, worker), client=pipe)
         leases = [lease_of(tid, worker, r) for tid, r in zip(batch_ids, _expect_ok(pipe.execute(), "claim"))]
         pipe = engine.redis.pipeline(transaction=False)
         for lease in leases:
-            engine.scripts.call(*complete_call(engine, lease, result), client=pipe)
+            engine.scripts._call(*complete_call(engine, lease, result), client=pipe)
         _expect_ok(pipe.execute(), "complete")
         ids.extend(batch_ids)
     return ids

@@ -187,7 +187,7 @@ def breakdown(r, engine, n: int = 3000) -> None:
     def run(name, make):
         pipe = r.pipeline(transaction=False)
         for i, item in enumerate(make):
-            engine.scripts.call(*item, client=pipe)
+            engine.scripts._call(*item, client=pipe)
             if (i + 1) % BATCH == 0:
                 yield pipe.execute()
                 pipe = r.pipeline(transaction=False)

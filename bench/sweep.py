@@ -127,7 +127,7 @@ def bench_tick(r) -> dict:
     # Templates through the real scripts: PENDING (delay 1 h), PROCESSING (1 h lease), SUCCESS.
     templates = {}
     tid, name, keys, argv = submit_call(big, "delayed", ARGS, owner="bench", delay=3600)
-    assert parse(big.scripts.call(name, keys, argv))[0] == 0
+    assert parse(big.scripts._call(name, keys, argv))[0] == 0
     templates["PENDING"] = (tid, "dispatch")
     for state in ("PROCESSING", "SUCCESS"):
         task = maker.submit("delayed", ARGS, owner="bench")
@@ -178,12 +178,12 @@ def load_claimed(engine, type_name: str, n: int, batch: int = 1000) -> str:
     """n PENDING tasks (one real submit, cloned), each claimed by the real claim script (pipelined);
     returns the leases set key."""
     tid, name, keys, argv = submit_call(engine, type_name, {"n": 1}, owner="bench")
-    assert parse(engine.scripts.call(name, keys, argv))[0] == 0
+    assert parse(engine.scripts._call(name, keys, argv))[0] == 0
     ids = [tid] + clone_tasks(engine, tid, "dispatch", n - 1)
     for part in chunks(ids, batch):
         pipe = engine.redis.pipeline(transaction=False)
         for tid in part:
-            engine.scripts.call(*claim_call(engine, tid, "w-dead"), client=pipe)
+            engine.scripts._call(*claim_call(engine, tid, "w-dead"), client=pipe)
         assert all(parse(x)[0] == 0 for x in pipe.execute())
     return engine.keys.queue_key(engine.registry.get(type_name).queue, "leases")
 

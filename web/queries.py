@@ -12,7 +12,7 @@ from typing import Iterator
 
 from ghostless.core.keys import parse_task_id
 from ghostless.core.models import Event, Task
-from ghostless.core.scripts import SCRIPTS, source
+from ghostless.core.scripts import script_shas  # noqa: F401 (web/health.py reads it here)
 from ghostless.core.states import State
 
 log = logging.getLogger("ghostless.web")
@@ -181,19 +181,8 @@ def workers(engine) -> list[dict]:
     return engine.dispatcher.workers()
 
 
-def script_shas() -> dict[str, str]:
-    """SHA1 of each script as the loader sends it (what EVALSHA names)."""
-    return {name: hashlib.sha1(source(name).encode()).hexdigest() for name in SCRIPTS}
-
-
 def ensure_scripts(engine) -> list[str]:
     """Check the engine's scripts are in Redis's script cache; load those missing (after a
     restart or SCRIPT FLUSH). Returns the names it loaded. Raises redis errors."""
-    shas = script_shas()
-    present = engine.redis.script_exists(*shas.values())
-    missing = [name for name, ok in zip(shas, present) if not ok]
-    for name in missing:
-        if engine.redis.script_load(source(name)) != shas[name]:
-            raise RuntimeError(f"script {name} loaded under an unexpected sha")
-    return missing
+    return engine.scripts.ensure_loaded()
 

@@ -14,13 +14,13 @@ queue's hash tag (one Redis Cluster slot).
 from __future__ import annotations
 
 from .errors import Code, TaskNotFound
-from .keys import parse_task_id
+from .keys import TaskKeys, parse_task_id
 
 MAX_PARENTS = 32
 
 
-def parent_keys(engine, queue: str, depends_on) -> tuple[list[str], list[str]]:
-    """Validated parent ids, and their (hash, children set) keys in the order submit takes them."""
+def parents(engine, queue: str, depends_on) -> tuple[list[str], list[TaskKeys]]:
+    """Validated parent ids, and their keys in the same order (as submit takes them)."""
     if depends_on is None:
         return [], []
     if isinstance(depends_on, (str, bytes)) or not isinstance(depends_on, (list, tuple)):
@@ -28,7 +28,7 @@ def parent_keys(engine, queue: str, depends_on) -> tuple[list[str], list[str]]:
     ids = list(dict.fromkeys(depends_on))
     if len(ids) > MAX_PARENTS:
         raise ValueError(f"depends_on lists more than {MAX_PARENTS} tasks")
-    keys = []
+    keys: list[TaskKeys] = []
     for pid in ids:
         pq = parse_task_id(pid)
         if pq is None:
@@ -36,8 +36,7 @@ def parent_keys(engine, queue: str, depends_on) -> tuple[list[str], list[str]]:
         if pq != queue:
             raise ValueError(f"depends_on: task {pid} is in queue {pq!r}; parents must be in the child's "
                              f"queue ({queue!r})")
-        k = engine.keys.task(pid)
-        keys += [k.task, k.children]
+        keys.append(engine.keys.task(pid))
     return ids, keys
 
 
@@ -48,8 +47,7 @@ def resolve(engine, task_id: str) -> str | None:
     parents = engine.redis.hget(keys.task, "parents")
     parents = (parents.decode() if isinstance(parents, bytes) else parents or "")
     ids = [p for p in parents.split(",") if p]
-    pkeys = [k for pid in ids for k in (engine.keys.task(pid).task, engine.keys.task(pid).children)]
-    reply = engine.scripts.call("resolve", [*keys, *pkeys], [task_id, len(ids), *ids])
+    reply = engine.scripts.resolve(keys, task_id, ids, [engine.keys.task(pid) for pid in ids])
     if reply[0] != Code.OK:
         return None
     if reply[1] == "ready" and engine.dispatcher.active:

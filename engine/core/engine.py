@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import uuid
 from typing import Any, Callable
 
@@ -25,12 +24,12 @@ from ghostless.core import sweep as sweep_mod
 from .config import Config, ms
 from .dispatch import Dispatcher, NullDispatcher
 from .epoch import DataEpoch
-from .errors import Code, IdempotencyConflict, IllegalTransition, TaskNotFound, refusing_full
+from .errors import Code, IllegalTransition, TaskNotFound, refusing_full
 from .keys import Keys, new_task_id, parse_task_id
 from .models import Event, Task
 from .quota import Quota
 from .registry import Breaker, Registry, TaskType, as_backoff
-from .scripts import Scripts, refuse
+from .scripts import Scripts, SubmitArgs
 from .server import check_server
 from .states import State
 from .users import Users
@@ -159,7 +158,7 @@ class Engine(LeaseCalls):
         escalate_ms = _duration_ms("escalate_in", escalate_in) if escalate_in is not None else 0
         if escalate_ms and escalate_ms <= due_ms:
             raise ValueError("escalate_in must be later than due_in")
-        parent_ids, parent_keys = deps.parent_keys(self, tt.queue, depends_on)
+        parent_ids, parents = deps.parents(self, tt.queue, depends_on)
         if notify_url is not None and notify.TYPE not in self.registry:
             raise ValueError("notify_url needs engine.enable_notifications(secret) in the app")
         notify_url = notify.check_url(notify_url) if notify_url is not None else (
@@ -169,17 +168,15 @@ class Engine(LeaseCalls):
         digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
         idem = self.keys.idempotency(tt.queue, owner, idempotency_key) if idempotency_key else None
         rate_key = self.keys.submit_rate(tt.queue, owner) if quota else None
-        reply = self.scripts.submit(self.keys.task(task_id), self.keys.owner_index(tt.queue, owner), parent_keys,
-                                    rate_key, idem, [
-            task_id, tt.name, owner, args_json, digest, tt.max_attempts, ms(tt.lease), ms(tt.timeout),
-            priority, delay_ms, tt.backoff.spec(), ms(self.config.idempotency_ttl), idempotency_key or "",
-            tt.queue, due_ms, escalate_ms, notify_url or "", quota.spec() if quota else "", len(parent_ids),
-            *parent_ids])
-        code, found_id = reply[0], reply[1]
-        if code == Code.IDEMPOTENCY_CONFLICT:
-            raise IdempotencyConflict(idempotency_key, found_id)
-        if code == Code.REPLAYED:
-            task = self._require(found_id)
+        reply = self.scripts.submit(self.keys.task(task_id), self.keys.owner_index(tt.queue, owner), SubmitArgs(
+            task_id=task_id, type_name=tt.name, owner=owner, args_json=args_json, digest=digest,
+            max_attempts=tt.max_attempts, lease_ms=ms(tt.lease), timeout_ms=ms(tt.timeout), priority=priority,
+            delay_ms=delay_ms, backoff=tt.backoff.spec(), idempotency_ttl_ms=ms(self.config.idempotency_ttl),
+            idempotency_key=idempotency_key or "", queue=tt.queue, due_ms=due_ms, escalate_ms=escalate_ms,
+            notify_url=notify_url or "", quota=quota.spec() if quota else "", parent_ids=tuple(parent_ids)),
+            parents, rate_key, idem)
+        if reply[0] == Code.REPLAYED:
+            task = self._require(reply[1])
             task.replayed = True
             return task
         now = int(reply[2]) / 1000
@@ -271,42 +268,6 @@ class Engine(LeaseCalls):
         raw = self.redis.hgetall(self.keys.task(task_id).checkpoints)
         return {(k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()}
 
-    def cancel(self, task_id: str, *, by: str, admin: bool = False, reason: str = "") -> None:
-        """Cancel a task that has not ended. Raises TaskNotFound (also for another owner's task),
-        IllegalTransition (already ended). Cancelling a cancelled task is a no-op."""
-        by = _text("by", by)
-        self.scripts.manage("cancel", self._keys(task_id), task_id, by, "1" if admin else "0",
-                            _text("reason", reason or f"cancelled by {by}"))
-
-    def edit(self, task_id: str, args: dict, *, by: str, admin: bool = False, quota: Quota | None = None,
-             internal: bool = False) -> Task:
-        """Atomically cancel a task that has not ended and submit its replacement with ``args``.
-
-        ``quota`` (the task owner's, as for submit) counts the edit against its rate and the new
-        args, in place of the old ones, against its unfinished bytes. Returns the new task.
-        Raises TaskNotFound, IllegalTransition, UnknownTaskType (also an internal type, unless
-        ``internal``), BadArgs, ValueError, QuotaExceeded.
-        """
-        by = _text("by", by)
-        old_keys = self._keys(task_id)
-        queue = parse_task_id(task_id)
-        new_id = new_task_id(queue)
-        owner, type_name = (v.decode() if isinstance(v, bytes) else v
-                            for v in self.redis.hmget(old_keys.task, "owner", "type"))
-        if owner is None or not (admin or owner == by):  # the script checks again, atomically
-            raise TaskNotFound(task_id)
-        args_json = self._args_json(args, self.registry.submittable(type_name, internal), quota)
-        owner_index = self.keys.owner_index(queue, owner)
-        rate = [self.keys.submit_rate(queue, owner)] if quota else []
-        reply = self.scripts.manage("edit", [*old_keys, *self.keys.task(new_id), owner_index, *rate], task_id,
-                                    by, "1" if admin else "0", new_id, args_json, quota.spec() if quota else "")
-        new_id = reply[1]
-        if reply[0] == Code.OK and len(reply) > 3 and reply[3] == "resolve":
-            deps.resolve(self, new_id)  # it waits on the old task's parents: register with them
-        elif reply[0] == Code.OK and self.dispatcher.active and reply[3] != "delayed":
-            self.dispatch(new_id)  # a delayed one is dispatched by the sweeper when its delay has passed
-        return self._require(new_id)
-
     def enable_notifications(self, secret: str, **options) -> None:
         """Register webhook delivery (engine/core/notify.py): ``secret`` signs every request."""
         notify.enable(self, secret, **options)
@@ -335,21 +296,54 @@ class Engine(LeaseCalls):
         self._keys(task_id)
         return deps.resolve(self, task_id)
 
+    # -- operations -------------------------------------------------------------------------------
+    def cancel(self, task_id: str, *, by: str, admin: bool = False, reason: str = "") -> None:
+        """Cancel a task that has not ended. Raises TaskNotFound (also for another owner's task),
+        IllegalTransition (already ended). Cancelling a cancelled task is a no-op."""
+        by = _text("by", by)
+        self.scripts.cancel(self._keys(task_id), task_id, by, admin, _text("reason", reason or f"cancelled by {by}"))
+
+    def edit(self, task_id: str, args: dict, *, by: str, admin: bool = False, quota: Quota | None = None,
+             internal: bool = False) -> Task:
+        """Atomically cancel a task that has not ended and submit its replacement with ``args``.
+
+        ``quota`` (the task owner's, as for submit) counts the edit against its rate and the new
+        args, in place of the old ones, against its unfinished bytes. Returns the new task.
+        Raises TaskNotFound, IllegalTransition, UnknownTaskType (also an internal type, unless
+        ``internal``), BadArgs, ValueError, QuotaExceeded.
+        """
+        by = _text("by", by)
+        old_keys = self._keys(task_id)
+        queue = parse_task_id(task_id)
+        new_id = new_task_id(queue)
+        owner, type_name = (v.decode() if isinstance(v, bytes) else v
+                            for v in self.redis.hmget(old_keys.task, "owner", "type"))
+        if owner is None or not (admin or owner == by):  # the script checks again, atomically
+            raise TaskNotFound(task_id)
+        args_json = self._args_json(args, self.registry.submittable(type_name, internal), quota)
+        owner_index = self.keys.owner_index(queue, owner)
+        reply = self.scripts.edit(old_keys, task_id, self.keys.task(new_id), owner_index, by, admin, new_id,
+                                  args_json, quota.spec() if quota else "",
+                                  self.keys.submit_rate(queue, owner) if quota else None)
+        new_id = reply[1]
+        if reply[0] == Code.OK and len(reply) > 3 and reply[3] == "resolve":
+            deps.resolve(self, new_id)  # it waits on the old task's parents: register with them
+        elif reply[0] == Code.OK and self.dispatcher.active and reply[3] != "delayed":
+            self.dispatch(new_id)  # a delayed one is dispatched by the sweeper when its delay has passed
+        return self._require(new_id)
+
     def retry(self, task_id: str, *, by: str, admin: bool = False) -> None:
         """Reopen a FAILED or TIMEOUT task (attempts start again); audited in its history."""
         by = _text("by", by)
-        reply = self.scripts.manage("retry", self._keys(task_id), task_id, by, "1" if admin else "0",
-                                    uuid.uuid4().hex)
+        reply = self.scripts.retry(self._keys(task_id), task_id, by, admin, uuid.uuid4().hex)
         if self.dispatcher.active and reply[0] == Code.OK:
             self.dispatch(task_id)
 
-    # -- operations -------------------------------------------------------------------------------
     def reclaim(self, task_id: str, *, by: str) -> State:
         """Admin: take a PROCESSING task from its worker now (a stuck one), as if its lease had
         lapsed: PROCESSING -> TIMEOUT -> RETRY_WAITING, retried at once (or TIMEOUT when no attempt
         remains). Returns the state it is in then. Raises IllegalTransition when not PROCESSING."""
-        reply = refuse(self.scripts.call("expire", self._keys(task_id), [random.random(), _text("by", by)]),
-                       "expire", task_id)
+        reply = self.scripts.expire(self._keys(task_id), task_id, _text("by", by))
         if reply[0] == Code.NOT_DUE:
             raise IllegalTransition(task_id, self.get(task_id).status.value, "reclaim")
         if reply[1] == State.PENDING.value and self.dispatcher.active:  # promoted in the same call

@@ -19,7 +19,6 @@ from .config import ms
 from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisFull, TaskNotFound
 from .keys import parse_task_id
 from .models import Lease
-from .scripts import refuse
 from .states import State
 from .validate import duration_ms as _duration_ms, text as _text
 
@@ -162,31 +161,31 @@ class LeaseCalls:
         via = clients.get(lease.lease)
         if via is None:
             via = clients[lease.lease] = heartbeat_client(self.redis, lease.lease)
-        reply = self._holder("heartbeat", lease, ms(lease.lease), lease.worker, via=via)
+        reply = self.scripts.heartbeat(self.keys.task(lease.task_id), lease, ms(lease.lease), via=via)
         return int(reply[1]) / 1000
 
     def stage(self, lease: Lease, name: str) -> None:
         """Enter a declared stage; its deadline (if any) starts now. Raises ValueError, LeaseLost."""
         timeout_ms = self.registry.get(lease.type).stage_timeout_ms(name)
-        self._holder("stage", lease, name, timeout_ms, lease.worker)
+        self.scripts.stage(self.keys.task(lease.task_id), lease, name, timeout_ms)
 
     def progress(self, lease: Lease, fraction: float, message: str = "") -> None:
         """Report progress (0..1) and a message. Raises ValueError, LeaseLost."""
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
             raise ValueError(f"progress must be a number within 0..1, got {fraction!r}")
-        self._holder("progress", lease, repr(float(fraction)), _text("message", message, empty=True), lease.worker)
+        self.scripts.progress(self.keys.task(lease.task_id), lease, fraction, _text("message", message, empty=True))
 
     def checkpoint(self, lease: Lease, key: str, value: Any) -> None:
         """Save a JSON value that later attempts can read (Engine.checkpoints)."""
-        self._holder("checkpoint", lease, _text("checkpoint key", key), self._json("checkpoint", value),
-                     lease.worker)
+        self.scripts.checkpoint(self.keys.task(lease.task_id), lease, _text("checkpoint key", key),
+                                self._json("checkpoint", value))
 
     def complete(self, lease: Lease, result: Any = None) -> State:
         """Store the result; the task becomes SUCCESS. A repeat with the same lease is a no-op.
         Raises ValueError (not JSON, too big), LeaseLost / TaskCancelled (never overwrites)."""
         result_json = self._json("result", result, self.config.max_result_bytes)
         breaker_key, spec = self._breaker(lease.type)
-        reply = self._holder("complete", lease, result_json, lease.worker, spec, extra_keys=breaker_key)
+        reply = self.scripts.complete(self.keys.task(lease.task_id), lease, result_json, breaker_key, spec)
         return State(reply[1])
 
     def fail(self, lease: Lease, error_kind: str, reason: str = "", retryable: bool = True,
@@ -201,38 +200,33 @@ class LeaseCalls:
         tt = self.registry.get(lease.type)
         error_kind = _text("error_kind", error_kind)
         retry = retryable and error_kind not in tt.permanent_errors
-        delay = "" if retry_in is None else _duration_ms("retry_in", retry_in)
+        delay = None if retry_in is None else _duration_ms("retry_in", retry_in)
         # Only the task's own retryable failures count against its upstream's breaker.
-        breaker_key, spec = self._breaker(lease.type) if retry and retry_in is None else ((), "")
-        reply = self._holder("fail", lease, error_kind, _text("reason", reason, empty=True),
-                             "1" if retry else "0", random.random(), lease.worker, delay, spec,
-                             extra_keys=breaker_key)
+        breaker_key, spec = self._breaker(lease.type) if retry and retry_in is None else (None, "")
+        reply = self.scripts.fail(self.keys.task(lease.task_id), lease, error_kind, _text("reason", reason, empty=True),
+                                  retry, random.random(), delay, breaker_key, spec)
         state = State(reply[1])
         if state == State.RETRY_WAITING and retry_in == 0 and reply[0] == Code.OK:
             self._retry_now(lease.task_id)
         return state
 
     def _retry_now(self, task_id: str) -> None:
-        reply = self.scripts.call("promote", self.keys.task(task_id), [])
+        reply = self.scripts.promote(self.keys.task(task_id))
         if reply[0] == Code.OK and self.dispatcher.active:
             self.dispatch(task_id)
 
     def release(self, lease: Lease, reason: str = "released") -> None:
         """Give the task back to PENDING without consuming an attempt (graceful shutdown)."""
-        reply = self._holder("release", lease, _text("reason", reason), lease.worker)
+        reply = self.scripts.release(self.keys.task(lease.task_id), lease, _text("reason", reason))
         if self.dispatcher.active and reply[0] == Code.OK:
             self.dispatch(lease.task_id)
 
-    def _holder(self, verb: str, lease: Lease, *argv, extra_keys=(), via=None) -> list:
-        keys = [*self.keys.task(lease.task_id), *extra_keys]
-        return self.scripts.holder(verb, keys, lease.task_id, lease.token, *argv, via=via)
-
-    def _breaker(self, type_name: str) -> tuple[tuple[str, ...], str]:
-        """(extra KEYS, ARGV spec) of a type's circuit breaker; empty when it has none."""
+    def _breaker(self, type_name: str) -> tuple[str | None, str]:
+        """(hash key, ARGV spec) of a type's circuit breaker; (None, '') when it has none."""
         tt = self.registry.get(type_name)
         if not tt.breaker:
-            return (), ""
-        return (self.keys.breaker(tt.queue, tt.breaker_name),), tt.breaker.spec(tt.breaker_name)
+            return None, ""
+        return self.keys.breaker(tt.queue, tt.breaker_name), tt.breaker.spec(tt.breaker_name)
 
     def park(self, task_id: str, wait: float, upstream: str) -> State:
         """Set a task whose upstream breaker is open aside: RETRY_WAITING for ``wait`` seconds (no
@@ -240,10 +234,8 @@ class LeaseCalls:
         type_name = self.redis.hget(self._keys(task_id).task, "type")
         tt = self.registry.get(type_name.decode() if isinstance(type_name, bytes) else type_name)
         fast = tt.breaker is not None and tt.breaker.policy == "fail"
-        reply = refuse(self.scripts.call("park", self.keys.task(task_id),
-                                         [_duration_ms("wait", wait), "1" if fast else "0", upstream,
-                                          uuid.uuid4().hex]),
-                       "park", task_id)
+        reply = self.scripts.park(self.keys.task(task_id), task_id, _duration_ms("wait", wait), fast, upstream,
+                                  uuid.uuid4().hex)
         return State(reply[1])
 
     def breakers(self) -> list[dict]:

@@ -8,11 +8,13 @@ on NOSCRIPT (after ``SCRIPT FLUSH`` or a Redis restart).
 """
 from __future__ import annotations
 
+import hashlib
+import random
 import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ghostless.core import priority
 from .config import WAKE_WITHIN, Config
@@ -21,6 +23,7 @@ from .errors import (
     UnknownParent, UnknownTaskType, WrongDispatch, refusing_full,
 )
 from .keys import TaskKeys, parse_task_id
+from .models import Lease
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 
 LUA_DIR = Path(str(resources.files("ghostless.lua")))  # package data: a real folder installed, editable or in a checkout
@@ -89,6 +92,11 @@ def needed_libs(name: str) -> tuple[str, ...]:
     return tuple(lib for lib in LIBS if lib in needed)
 
 
+def script_shas() -> dict[str, str]:
+    """SHA1 of each script as the loader sends it (what EVALSHA names)."""
+    return {name: hashlib.sha1(source(name).encode()).hexdigest() for name in SCRIPTS}
+
+
 def _dec(v):
     if isinstance(v, bytes):
         return v.decode()
@@ -97,8 +105,49 @@ def _dec(v):
     return v
 
 
+class SubmitArgs(NamedTuple):
+    """submit's ARGV after the engine config (ARGV[5], ARGV[6], ...), in this order: lua/submit.lua
+    binds each to a local of the same name (tests/engine/test_scripts_wrappers.py compares them).
+    ``parent_ids`` goes last as its count (``n_parents``) then the ids."""
+
+    task_id: str
+    type_name: str
+    owner: str
+    args_json: str
+    digest: str  # of type + args: a replayed idempotency key with other args is a conflict
+    max_attempts: int
+    lease_ms: int
+    timeout_ms: int
+    priority: int
+    delay_ms: int
+    backoff: str  # lib/backoff spec
+    idempotency_ttl_ms: int
+    idempotency_key: str  # '' = none
+    queue: str
+    due_ms: int  # 0 = no due time
+    escalate_ms: int  # 0 = never
+    notify_url: str  # '' = none
+    quota: str  # lib/quota spec; '' = none
+    parent_ids: tuple[str, ...] = ()
+
+    def argv(self) -> list:
+        return [*self[:-1], len(self.parent_ids), *self.parent_ids]
+
+
+def _pairs(parents: Sequence[TaskKeys]) -> list[str]:
+    """Each parent's hash and children set, as submit and resolve take them."""
+    return [k for p in parents for k in (p.task, p.children)]
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
 class Scripts:
-    """Typed wrappers. Refusals become the exceptions of ``ghostless.core.errors``."""
+    """Typed wrappers, one per script (named for it). Refusals become the exceptions of
+    ``ghostless.core.errors``; the sweeper's calls (expire, promote, purge, overdue, resolve, due)
+    return replies and never raise on a refusal. Calls given ``client`` (a pipeline) return nothing:
+    ``replies(pipe)`` then gives their parsed replies."""
 
     def __init__(self, redis, config: Config, on_resolve=None):
         self.redis = redis
@@ -107,7 +156,7 @@ class Scripts:
         self._cfg = config.script_argv()
         self._scripts = {name: redis.register_script(source(name)) for name in SCRIPTS}
 
-    def call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None, via=None) -> list:
+    def _call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None, via=None) -> list:
         """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``.
         ``via``: another client of the same server to send it on (the heartbeat's own).
 
@@ -124,16 +173,35 @@ class Scripts:
                 self.on_resolve(keys[WAITING])
         return reply
 
+    def ensure_loaded(self) -> list[str]:
+        """Load the scripts Redis's script cache lacks (after a restart or SCRIPT FLUSH; EVALSHA
+        would reload them on first use anyway). Returns the names it loaded. Raises redis errors."""
+        shas = script_shas()
+        present = self.redis.script_exists(*shas.values())
+        missing = [name for name, ok in zip(shas, present) if not ok]
+        for name in missing:
+            if self.redis.script_load(source(name)) != shas[name]:
+                raise RuntimeError(f"script {name} loaded under an unexpected sha")
+        return missing
+
+    @staticmethod
+    def replies(pipe) -> list[list]:
+        """Run a pipeline of ``client=pipe`` calls: their parsed replies, in order."""
+        return [parse(r) for r in pipe.execute()]
+
     # -- client calls -----------------------------------------------------------------------------
-    def submit(self, keys: TaskKeys, owner_index: str, parent_keys: Sequence[str], rate_key: str | None,
-               idem_key: str | None, argv: Sequence[Any]) -> list:
-        """``rate_key`` goes with a quota (argv's quota spec not ''). Raises UnknownParent, QuotaExceeded."""
-        reply = self.call("submit", [*keys, owner_index, *parent_keys, *([rate_key] if rate_key else []),
-                                     *([idem_key] if idem_key else [])], argv)
+    def submit(self, keys: TaskKeys, owner_index: str, args: SubmitArgs, parents: Sequence[TaskKeys] = (),
+               rate_key: str | None = None, idem_key: str | None = None) -> list:
+        """``parents``: the keys of ``args.parent_ids``, in order; ``rate_key`` goes with a quota
+        (``args.quota``). Raises UnknownParent, QuotaExceeded, IdempotencyConflict."""
+        reply = self._call("submit", [*keys, owner_index, *_pairs(parents), *([rate_key] if rate_key else []),
+                                      *([idem_key] if idem_key else [])], args.argv())
         if reply[0] == Code.UNKNOWN_PARENT:
             raise UnknownParent(reply[1])
         if reply[0] == Code.QUOTA_EXCEEDED:
-            raise _quota_exceeded(reply, argv[0])
+            raise _quota_exceeded(reply, args.task_id)
+        if reply[0] == Code.IDEMPOTENCY_CONFLICT:
+            raise IdempotencyConflict(args.idempotency_key, reply[1])
         return reply
 
     def dispatch(self, keys: TaskKeys, control: str, task_id: str, dispatch_id: str, requeue_ms: int,
@@ -142,13 +210,13 @@ class Scripts:
         sweeper read it) when it is no longer due at that score: the caller then makes no job.
         With ``rearm``: only move the job check of the current dispatch ``dispatch_id`` (else NOT_DUE)."""
         seen = "" if seen_score is None else repr(float(seen_score))
-        return refuse(self.call("dispatch", [*keys, control], [dispatch_id, requeue_ms, seen, "rearm" if rearm else ""]),
+        return refuse(self._call("dispatch", [*keys, control], [dispatch_id, requeue_ms, seen, "rearm" if rearm else ""]),
                       "dispatch", task_id)
 
     def claim(self, keys: TaskKeys, task_id: str, worker: str, claim_id: str, dispatch_id: str,
               types: str, breaker_key: str | None = None, breaker_spec: str = "") -> list:
-        reply = self.call("claim", [*keys, *([breaker_key] if breaker_key else [])],
-                          [worker, claim_id, dispatch_id, types, breaker_spec])
+        reply = self._call("claim", [*keys, *([breaker_key] if breaker_key else [])],
+                           [worker, claim_id, dispatch_id, types, breaker_spec])
         if reply[0] == Code.WRONG_DISPATCH:
             raise WrongDispatch(task_id, dispatch_id)
         if reply[0] == Code.UNKNOWN_TYPE:
@@ -159,20 +227,82 @@ class Scripts:
             raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")
         return refuse(reply, "claim", task_id)
 
-    def holder(self, verb: str, keys: Sequence[str], task_id: str, token: int, *argv: Any, via=None) -> list:
-        """heartbeat, stage, progress, checkpoint, complete, fail, release: token first."""
-        return refuse(self.call(verb, keys, [token, *argv], via=via), verb, task_id, token)
+    # -- the lease holder's calls: the fencing token first; LeaseLost and its kin -------------------
+    def _hold(self, verb: str, keys: TaskKeys, lease: Lease, *argv: Any, extra: str | None = None,
+              via=None) -> list:
+        reply = self._call(verb, [*keys, *([extra] if extra else [])], [lease.token, *argv], via=via)
+        return refuse(reply, verb, lease.task_id, lease.token)
 
-    def manage(self, verb: str, keys: Sequence[str], task_id: str, *argv: Any) -> list:
-        """cancel, edit, retry: owner-checked inside the script."""
-        return refuse(self.call(verb, keys, list(argv)), verb, task_id)
+    def heartbeat(self, keys: TaskKeys, lease: Lease, lease_ms: int, via=None) -> list:
+        return self._hold("heartbeat", keys, lease, lease_ms, lease.worker, via=via)
 
-    # -- sweeper calls: never raise, the sweeper counts outcomes -----------------------------------
+    def stage(self, keys: TaskKeys, lease: Lease, name: str, timeout_ms: int) -> list:
+        return self._hold("stage", keys, lease, name, timeout_ms, lease.worker)
+
+    def progress(self, keys: TaskKeys, lease: Lease, fraction: float, message: str) -> list:
+        return self._hold("progress", keys, lease, repr(float(fraction)), message, lease.worker)
+
+    def checkpoint(self, keys: TaskKeys, lease: Lease, name: str, value_json: str) -> list:
+        return self._hold("checkpoint", keys, lease, name, value_json, lease.worker)
+
+    def complete(self, keys: TaskKeys, lease: Lease, result_json: str, breaker_key: str | None = None,
+                 breaker_spec: str = "") -> list:
+        return self._hold("complete", keys, lease, result_json, lease.worker, breaker_spec, extra=breaker_key)
+
+    def fail(self, keys: TaskKeys, lease: Lease, error_kind: str, reason: str, retryable: bool, jitter: float,
+             retry_delay_ms: int | None = None, breaker_key: str | None = None, breaker_spec: str = "") -> list:
+        """``retry_delay_ms`` overrides the backoff policy (None: the policy's, ``jitter`` in [0, 1))."""
+        delay = "" if retry_delay_ms is None else retry_delay_ms
+        return self._hold("fail", keys, lease, error_kind, reason, _flag(retryable), jitter, lease.worker, delay,
+                          breaker_spec, extra=breaker_key)
+
+    def release(self, keys: TaskKeys, lease: Lease, reason: str) -> list:
+        return self._hold("release", keys, lease, reason, lease.worker)
+
+    def park(self, keys: TaskKeys, task_id: str, wait_ms: int, fail_fast: bool, upstream: str, park_id: str) -> list:
+        return refuse(self._call("park", keys, [wait_ms, _flag(fail_fast), upstream, park_id]), "park", task_id)
+
+    # -- management: owner-checked inside the script ----------------------------------------------
+    def cancel(self, keys: TaskKeys, task_id: str, by: str, admin: bool, reason: str) -> list:
+        return refuse(self._call("cancel", keys, [by, _flag(admin), reason]), "cancel", task_id)
+
+    def edit(self, keys: TaskKeys, task_id: str, new_keys: TaskKeys, owner_index: str, by: str, admin: bool,
+             new_id: str, args_json: str, quota: str = "", rate_key: str | None = None) -> list:
+        """``rate_key`` goes with a quota (``quota`` not '')."""
+        return refuse(self._call("edit", [*keys, *new_keys, owner_index, *([rate_key] if rate_key else [])],
+                                 [by, _flag(admin), new_id, args_json, quota]), "edit", task_id)
+
+    def retry(self, keys: TaskKeys, task_id: str, by: str, admin: bool, retry_id: str) -> list:
+        return refuse(self._call("retry", keys, [by, _flag(admin), retry_id]), "retry", task_id)
+
+    # -- sweeper calls: never raise on a refusal, the sweeper counts outcomes -----------------------
+    def expire(self, keys: TaskKeys, task_id: str, by: str = "", client=None) -> list | None:
+        """``by``: the admin reclaiming it now ('' = the sweeper: only when due, NOT_DUE else).
+        Raises its refusals unless on a pipeline (``client``)."""
+        argv = [random.random(), by]  # the backoff's jitter
+        if client is not None:
+            return self._call("expire", keys, argv, client=client)
+        return refuse(self._call("expire", keys, argv), "expire", task_id)
+
+    def promote(self, keys: TaskKeys, client=None) -> list | None:
+        """RETRY_WAITING -> PENDING once its retry time has come (NOT_DUE before)."""
+        return self._call("promote", keys, [], client=client)
+
+    def purge(self, keys: TaskKeys, task_id: str, owner_index: str | None, client=None) -> list | None:
+        return self._call("purge", [*keys, *([owner_index] if owner_index else [])], [task_id], client=client)
+
+    def overdue(self, keys: TaskKeys, task_id: str, client=None) -> list | None:
+        """Record ``overdue`` (or ``escalated``) once when due: {OK, event name}."""
+        return self._call("overdue", keys, [task_id], client=client)
+
+    def resolve(self, keys: TaskKeys, task_id: str, parent_ids: Sequence[str], parents: Sequence[TaskKeys]) -> list:
+        """Look at a waiting task's parents (their keys ``parents`` in the order of ``parent_ids``)."""
+        return self._call("resolve", [*keys, *_pairs(parents)], [task_id, len(parent_ids), *parent_ids])
+
     def due(self, sets: Sequence[str], batch: int) -> tuple[list[list[str]], int]:
         """Ids due now in each of ``sets`` (a batch each), and ms until the earliest deadline (-1: none)."""
-        reply = self.call("due", sets, [batch])
+        reply = self._call("due", sets, [batch])
         return reply[2:-1], int(reply[-1])
-
 
     # -- reads ----------------------------------------------------------------------------------------
     def read(self, task_keys: dict[str, TaskKeys], owner: str | None, full: bool = False) -> dict[str, list]:
@@ -189,7 +319,7 @@ class Scripts:
         head = ["1" if owner is None else "0", owner or "", "1" if full else "0"]
         pipe = self.redis.pipeline(transaction=False)
         for ids in by_queue.values():
-            self.call("read", [k for i in ids for k in task_keys[i]], [*head, *ids], client=pipe)
+            self._call("read", [k for i in ids for k in task_keys[i]], [*head, *ids], client=pipe)
         out = {}
         for ids, reply in zip(by_queue.values(), pipe.execute() if by_queue else []):
             out.update(zip(ids, parse(reply)[1:]))

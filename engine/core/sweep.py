@@ -8,14 +8,12 @@ Calls for one batch share a pipeline: one round trip per batch, not per task.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from dataclasses import dataclass, field
 
 from .errors import Code, GhostlessError, UnknownTaskType
 from ghostless.core import dependencies as deps
 from ghostless.core import notify
-from .scripts import parse
 from .states import State
 
 log = logging.getLogger("ghostless.sweeper")
@@ -70,14 +68,15 @@ def sweep(engine, batch: int = 1000) -> SweepReport:
     return report
 
 
-def _run(engine, name: str, ids: list[str], argv_of) -> list[list]:
-    """Run script ``name`` for every id in one pipeline; replies in order."""
+def _run(engine, ids: list[str], call) -> list[list]:
+    """``call(task id, pipe)`` (a Scripts wrapper's ``client=pipe`` call) for every id in one
+    pipeline; replies in order."""
     if not ids:
         return []
     pipe = engine.redis.pipeline(transaction=False)
     for task_id in ids:
-        engine.scripts.call(name, engine.keys.task(task_id), argv_of(task_id), client=pipe)
-    return [parse(r) for r in pipe.execute()]
+        call(task_id, pipe)
+    return engine.scripts.replies(pipe)
 
 
 def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
@@ -93,8 +92,10 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     if next_ms >= 0:
         report.next_in = next_ms / 1000 if report.next_in is None else min(report.next_in, next_ms / 1000)
 
+    scripts, task_keys = engine.scripts, engine.keys.task
+    expired = _run(engine, lease_ids, lambda tid, pipe: scripts.expire(task_keys(tid), tid, client=pipe))
     promoted = []  # a lost heartbeat retries at once: expire promotes it in the same call
-    for tid, r in zip(lease_ids, _run(engine, "expire", lease_ids, lambda _: [random.random()])):
+    for tid, r in zip(lease_ids, expired):
         if r[0] == Code.OK:
             report.expired += 1
             report.timed_out += r[1] == State.TIMEOUT.value
@@ -102,13 +103,13 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
             if r[1] == State.PENDING.value:
                 promoted.append(tid)
-    promoted += [tid for tid, r in zip(retry_ids, _run(engine, "promote", retry_ids, lambda _: []))
-                 if r[0] == Code.OK]
+    promotions = _run(engine, retry_ids, lambda tid, pipe: scripts.promote(task_keys(tid), client=pipe))
+    promoted += [tid for tid, r in zip(retry_ids, promotions) if r[0] == Code.OK]
     report.promoted += len(promoted)
 
     report.purged += _purge(engine, queue, expiry_ids)
     report.resolved += sum(1 for tid in due["waiting"] if deps.resolve(engine, tid))
-    for r in _run(engine, "overdue", due["watch"], lambda tid: [tid]):
+    for r in _run(engine, due["watch"], lambda tid, pipe: scripts.overdue(task_keys(tid), tid, client=pipe)):
         if r[0] == Code.OK:
             setattr(report, r[1], getattr(report, r[1]) + 1)
     report.notified += notify.hand_off(engine, queue)  # last: this tick's events are in the outbox
@@ -130,9 +131,9 @@ def _purge(engine, queue: str, task_ids: list[str]) -> int:
     owners = [o.decode() if isinstance(o, bytes) else o for o in pipe.execute()]
     pipe = engine.redis.pipeline(transaction=False)
     for tid, owner in zip(task_ids, owners):
-        keys = [*engine.keys.task(tid), *([engine.keys.owner_index(queue, owner)] if owner else [])]
-        engine.scripts.call("purge", keys, [tid], client=pipe)
-    return sum(parse(r)[0] == Code.OK for r in pipe.execute())
+        engine.scripts.purge(engine.keys.task(tid), tid, engine.keys.owner_index(queue, owner) if owner else None,
+                             client=pipe)
+    return sum(r[0] == Code.OK for r in engine.scripts.replies(pipe))
 
 
 def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, compare: bool = True) -> None:

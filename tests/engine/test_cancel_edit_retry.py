@@ -58,7 +58,7 @@ def test_cancelling_a_cancelled_task_is_replayed_and_changes_nothing(engine):
     before = snapshot(engine, task.id)
     engine.cancel(task.id, by="alice", reason="again")
     assert snapshot(engine, task.id) == before
-    reply = engine.scripts.call("cancel", engine.keys.task(task.id), ["alice", "0", "again"])
+    reply = engine.scripts._call("cancel", engine.keys.task(task.id), ["alice", "0", "again"])
     assert reply == [Code.REPLAYED, engine.get(task.id).version]
 
 
@@ -133,9 +133,9 @@ def test_resent_edit_with_the_same_new_id_is_replayed_and_changes_nothing(engine
     new_id = new_task_id("images")
     keys = [*engine.keys.task(old.id), *engine.keys.task(new_id), engine.keys.owner_index("images", "alice")]
     argv = ["alice", "0", new_id, '{"prompt":"a dog"}']
-    assert engine.scripts.call("edit", keys, argv)[:2] == [Code.OK, new_id]
+    assert engine.scripts._call("edit", keys, argv)[:2] == [Code.OK, new_id]
     before = snapshot(engine, old.id, new_id)
-    assert engine.scripts.call("edit", keys, argv) == [Code.REPLAYED, new_id]
+    assert engine.scripts._call("edit", keys, argv) == [Code.REPLAYED, new_id]
     assert snapshot(engine, old.id, new_id) == before
 
 
@@ -199,9 +199,9 @@ def test_retry_with_an_executor_dispatches_the_task(engine):
 def test_resent_retry_with_the_same_retry_id_is_replayed_and_changes_nothing(engine):
     task, _ = in_state(engine, State.FAILED)
     keys, argv = engine.keys.task(task.id), ["alice", "0", "retry-1"]
-    assert engine.scripts.call("retry", keys, argv)[0] == Code.OK
+    assert engine.scripts._call("retry", keys, argv)[0] == Code.OK
     before = snapshot(engine, task.id)
-    assert engine.scripts.call("retry", keys, argv) == [Code.REPLAYED, engine.get(task.id).version]
+    assert engine.scripts._call("retry", keys, argv) == [Code.REPLAYED, engine.get(task.id).version]
     assert snapshot(engine, task.id) == before
 
 

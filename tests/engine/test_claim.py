@@ -33,7 +33,7 @@ def test_resent_claim_with_the_same_claim_id_returns_the_same_lease_again(engine
     again = engine.claim(task.id, "w1", claim_id="c-1")
     assert again == first
     assert snapshot(engine, task.id) == before
-    reply = engine.scripts.call("claim", engine.keys.task(task.id), ["w1", "c-1", "", ",render,"])
+    reply = engine.scripts._call("claim", engine.keys.task(task.id), ["w1", "c-1", "", ",render,"])
     assert reply[0] == Code.REPLAYED and reply[1:3] == [1, 1]
 
 

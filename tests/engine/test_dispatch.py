@@ -52,7 +52,7 @@ def test_dispatch_with_the_current_dispatch_id_is_replayed_and_only_rearms_the_j
         dispatching, executor):
     task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice")
     before = snapshot(dispatching, task.id)
-    reply = dispatching.scripts.call("dispatch", [*dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control")],
+    reply = dispatching.scripts._call("dispatch", [*dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control")],
                                      [executor.dispatches(task.id)[0], 300_000])
     assert reply == [Code.REPLAYED, 2]
     after = snapshot(dispatching, task.id)

@@ -3,7 +3,7 @@
 A reply lost on the network is resent with the same arguments (the same claim id, fencing
 token, dispatch id, new task id, retry id): the repeat must not act again. Each case lets the
 Engine API build one script call (captured, not run), then runs it twice itself with
-``engine.scripts.call``; a snapshot of every key the script may write (task keys, deadline
+``engine.scripts._call``; a snapshot of every key the script may write (task keys, deadline
 sets, queue counters, statistics, event stream length) after the first call must equal the
 one after the second.
 """
@@ -27,7 +27,7 @@ class _Captured(Exception):
 def capture(engine, script: str, action: Callable) -> tuple[list, list]:
     """The (keys, argv) the engine passes to ``script`` while doing ``action()``; the call is not run."""
     seen = []
-    real = engine.scripts.call
+    real = engine.scripts._call
 
     def spy(name, keys, args, client=None, via=None):
         if name != script:
@@ -35,12 +35,12 @@ def capture(engine, script: str, action: Callable) -> tuple[list, list]:
         seen.append((list(keys), list(args)))
         raise _Captured
 
-    engine.scripts.call = spy
+    engine.scripts._call = spy
     try:
         with pytest.raises(_Captured):
             action()
     finally:
-        del engine.scripts.call
+        del engine.scripts._call
     return seen[0]
 
 
@@ -184,12 +184,12 @@ def test_script_called_twice_with_identical_arguments_has_the_effect_of_once(eng
     keys, argv = capture(e, script, case.action)
     tasks = [m.group(1) for k in keys if (m := re.search(r":task:([^:]+)$", k))]
     before = snapshot(e, *tasks)
-    first = e.scripts.call(script, keys, argv)
+    first = e.scripts._call(script, keys, argv)
     assert first[0] == Code.OK
     once = snapshot(e, *tasks)
     assert once != before  # the first call did act
 
-    again = e.scripts.call(script, keys, argv)
+    again = e.scripts._call(script, keys, argv)
     assert again[0] == case.again
     twice = snapshot(e, *tasks)
     for task_id in tasks:
@@ -213,8 +213,8 @@ def test_due_only_reads(engine):
     wait_for_server_time(engine.redis, engine.get(task.id).lease_deadline * 1000)
     k = engine.keys.task(task.id)
     before = snapshot(engine, task.id)
-    first = engine.scripts.call("due", [k.leases, k.retries, k.expiry, k.dispatch], [10])
-    second = engine.scripts.call("due", [k.leases, k.retries, k.expiry, k.dispatch], [10])
+    first = engine.scripts._call("due", [k.leases, k.retries, k.expiry, k.dispatch], [10])
+    second = engine.scripts._call("due", [k.leases, k.retries, k.expiry, k.dispatch], [10])
     assert first[2] == second[2] == [task.id]
     assert snapshot(engine, task.id) == before
     assert engine.get(task.id).status == State.PROCESSING

@@ -17,7 +17,7 @@ def wait_for_lease_deadline(engine, task_id):
 
 
 def call(engine, script, task_id, *argv):
-    return engine.scripts.call(script, engine.keys.task(task_id), list(argv))
+    return engine.scripts._call(script, engine.keys.task(task_id), list(argv))
 
 
 def register_staged(engine):
@@ -180,12 +180,12 @@ def test_purge_of_a_task_already_gone_is_not_found_and_drops_it_from_the_expiry_
 
 def test_due_lists_what_is_due_in_each_set_and_the_time_until_the_earliest_deadline(engine):
     q = engine.keys.task(GHOST)
-    assert engine.scripts.call("due", [q.leases, q.retries], [10])[2:] == [[], [], -1]
+    assert engine.scripts._call("due", [q.leases, q.retries], [10])[2:] == [[], [], -1]
     task, lease = claimed(engine)  # lease deadline in 30 s
     retry_task, retry_lease = claimed(engine)
     engine.fail(retry_lease, "boom")  # retry in 50 ms
     wait_for_server_time(engine.redis, int(raw_task(engine, retry_task.id)["next_retry_at"]))
-    reply = engine.scripts.call("due", [q.leases, q.retries], [10])
+    reply = engine.scripts._call("due", [q.leases, q.retries], [10])
     assert reply[0] == Code.OK and abs(reply[1] - server_ms(engine.redis)) < 1000
     leases, retries, next_ms = reply[2:]
     assert (leases, retries, next_ms) == ([], [retry_task.id], 0)  # something is already due
@@ -196,8 +196,8 @@ def test_due_lists_at_most_a_batch_from_each_set_earliest_deadline_first(engine)
     wait_for_lease_deadline(engine, tasks[-1].id)
     leases = engine.keys.task(tasks[0].id).leases
     by_deadline = [m.decode() for m in engine.redis.zrange(leases, 0, -1)]  # ties: by member
-    assert engine.scripts.call("due", [leases], [2])[2] == by_deadline[:2]
-    assert sorted(engine.scripts.call("due", [leases], [10])[2]) == sorted(t.id for t in tasks)
+    assert engine.scripts._call("due", [leases], [2])[2] == by_deadline[:2]
+    assert sorted(engine.scripts._call("due", [leases], [10])[2]) == sorted(t.id for t in tasks)
 
 
 def test_sweep_reports_the_time_until_the_next_deadline(engine):
@@ -225,7 +225,7 @@ def test_two_sweepers_racing_the_second_gets_nothing(engine):
     wait_for_lease_deadline(engine, expiring.id)
     wait_for_server_time(engine.redis, int(raw_task(engine, waiting.id)["next_retry_at"]))
     q = engine.keys.task(expiring.id)
-    _, _, leases, retries, _ = second.scripts.call("due", [q.leases, q.retries], [10])
+    _, _, leases, retries, _ = second.scripts._call("due", [q.leases, q.retries], [10])
     assert (leases, retries) == ([expiring.id], [waiting.id])  # both sweepers see the same work
 
     first = engine.sweep()
