@@ -146,8 +146,8 @@ def _flag(value: bool) -> str:
 class Scripts:
     """Typed wrappers, one per script (named for it). Refusals become the exceptions of
     ``ghostless.core.errors``; the sweeper's calls (expire, promote, purge, overdue, resolve, due)
-    return replies and never raise on a refusal. Calls given ``client`` (a pipeline) return nothing:
-    ``replies(pipe)`` then gives their parsed replies."""
+    return replies and never raise on a refusal. Calls given ``client`` (a pipeline) only queue the
+    script: ``replies(pipe)`` then runs them and gives their parsed replies."""
 
     def __init__(self, redis, config: Config, on_resolve=None):
         self.redis = redis
