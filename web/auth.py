@@ -24,13 +24,14 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
 
+from ghostless.core.text import text_or_none
 from ghostless.core.users import User
-from ghostless.web.queries import token_digest, user_for_digest
 
 from . import limits
 from .bodies import json_body
 from .deps import get_engine
 from .errors import ApiError
+from .queries import token_digest, user_for_digest
 
 bp = Blueprint("auth", __name__)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -63,7 +64,7 @@ def _session_user() -> User | None:
     """The cookie session's user, while the session is live in Redis (not logged out, not expired)."""
     key, digest = _session_key(session.get("sid")), session.get("digest")
     stored = get_engine().redis.get(key) if key else None
-    if stored is None or not isinstance(digest, str) or (stored.decode() if isinstance(stored, bytes) else stored) != digest:
+    if stored is None or not isinstance(digest, str) or text_or_none(stored) != digest:
         return None
     return user_for_digest(get_engine(), digest)
 

@@ -22,6 +22,7 @@ from .errors import (
 )
 from .keys import TaskKeys, parse_task_id
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
+from .text import decoded
 
 LUA_DIR = Path(str(resources.files("ghostless.lua")))  # package data: a real folder installed, editable or in a checkout
 LIBS = ("time", "task", "record", "lease", "backoff", "breaker", "quota")  # order matters: later ones use earlier ones
@@ -87,14 +88,6 @@ def needed_libs(name: str) -> tuple[str, ...]:
             needed.add(lib)
             text += _lib_text(lib)
     return tuple(lib for lib in LIBS if lib in needed)
-
-
-def _dec(v):
-    if isinstance(v, bytes):
-        return v.decode()
-    if isinstance(v, list):
-        return [_dec(x) for x in v]
-    return v
 
 
 class Scripts:
@@ -202,7 +195,7 @@ WAITING = TaskKeys._fields.index("waiting")
 
 def parse(reply) -> list:
     """A script's reply, decoded, with its code as a Code (a trailing RESOLVE_MARK is kept)."""
-    reply = _dec(reply)
+    reply = decoded(reply)
     reply[0] = Code(reply[0])
     return reply
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from redis.exceptions import WatchError
 
 from .quota import parse_overrides
+from .text import text
 
 UPDATE_TRIES = 100
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -30,10 +31,6 @@ def _digest(token: str) -> str:
 
 def _code_shaped(code: object) -> bool:
     return isinstance(code, str) and 8 <= len(code) <= 128 and code.isascii()
-
-
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
 
 
 class Users:
@@ -98,7 +95,7 @@ class Users:
         out = []
         for name, raw in sorted(self.redis.hgetall(self.keys.users()).items()):
             r = json.loads(raw)
-            out.append(User(_s(name), r["admin"], r["created_at"], len(r["tokens"])))
+            out.append(User(text(name), r["admin"], r["created_at"], len(r["tokens"])))
         return out
 
     def get(self, name: str) -> User | None:
@@ -115,7 +112,7 @@ class Users:
             return False
         # Every token naming them, listed on the record or not (one lost by an older, unguarded add).
         digests = set(json.loads(raw)["tokens"]) | {
-            _s(d) for d, owner in self.redis.hscan_iter(self.keys.tokens()) if _s(owner) == name}
+            text(d) for d, owner in self.redis.hscan_iter(self.keys.tokens()) if text(owner) == name}
         pipe = self.redis.pipeline(transaction=True)
         for digest in digests:
             pipe.hdel(self.keys.tokens(), digest)
@@ -137,7 +134,7 @@ class Users:
     def login_code_user(self, code: object) -> User | None:
         """The user a valid one-time code would log in (a confirmation page), without using it up."""
         name = self.redis.get(self.keys.login_code(_digest(code))) if _code_shaped(code) else None
-        user = self.get(_s(name)) if name else None
+        user = self.get(text(name)) if name else None
         return user if user is not None and user.tokens else None
 
     def redeem_login_code(self, code: object) -> tuple[User, str] | None:
@@ -145,10 +142,10 @@ class Users:
         if not _code_shaped(code):
             return None
         name = self.redis.getdel(self.keys.login_code(_digest(code)))
-        raw = self.redis.hget(self.keys.users(), _s(name)) if name else None
+        raw = self.redis.hget(self.keys.users(), text(name)) if name else None
         if not raw or not json.loads(raw)["tokens"]:
             return None
-        return self.get(_s(name)), json.loads(raw)["tokens"][-1]
+        return self.get(text(name)), json.loads(raw)["tokens"][-1]
 
     def authenticate(self, token: object) -> User | None:
         """The user a token belongs to, or None (also for malformed input)."""
@@ -159,8 +156,8 @@ class Users:
     def for_digest(self, digest: str) -> User | None:
         """The user a token digest belongs to: only while the user's record lists it."""
         name = self.redis.hget(self.keys.tokens(), digest)
-        raw = self.redis.hget(self.keys.users(), _s(name)) if name else None
+        raw = self.redis.hget(self.keys.users(), text(name)) if name else None
         if not raw:
             return None
         r = json.loads(raw)
-        return User(_s(name), r["admin"], r["created_at"], len(r["tokens"])) if digest in r["tokens"] else None
+        return User(text(name), r["admin"], r["created_at"], len(r["tokens"])) if digest in r["tokens"] else None
