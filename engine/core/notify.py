@@ -153,8 +153,6 @@ def enable(engine, secret: str, queue: str = "notifications", max_attempts: int 
             raise DeliveryFailed(f"receiver answered {status} (redirects are not followed)")
         raise DeliveryFailed(f"receiver answered {status}")
 
-    engine._notify_queue = queue
-
 
 def owner_webhook(engine, owner: str) -> str | None:
     """The owner's default webhook (cached a few seconds per process)."""

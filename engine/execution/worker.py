@@ -166,8 +166,9 @@ def ride_out_redis_restarts(client, retries: int = REDIS_RETRIES) -> None:
     """Resend an engine command that met a connection error, with backoff (about 10 s in all).
 
     A work-horse's outcome report (complete, fail, release) then rides out a Redis restart or
-    failover instead of being lost; every ghostless script is idempotent to a resend
-    (DESIGN.md, invariant 5). A longer outage still raises, and the heartbeat thread abandons
+    failover instead of being lost; every ghostless script is idempotent to a resend (a repeated
+    claim, complete, fail or release answers REPLAYED: lua/claim.lua, lua/lib/lease.lua). A longer
+    outage still raises, and the heartbeat thread abandons
     the attempt. Timeouts are not resent; heartbeats go on a client of their own without
     resends (Engine.heartbeat), so a Redis that hangs reaches the heartbeat thread within the lease.
     """
