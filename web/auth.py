@@ -81,6 +81,7 @@ def _start_session(digest: str) -> None:
 
 _checked: dict[tuple, tuple[float, bool]] = {}  # credential -> (good until, answer), shared by streams
 CHECK_TTL = 1.0  # s: a thousand streams of one user ask Redis once a second, not a thousand times
+MAX_CHECKED = 10_000  # credentials remembered per process; past it, all are forgotten at once (bounded memory)
 
 
 def credential_check():
@@ -97,7 +98,7 @@ def credential_check():
         if hit is not None and hit[0] > now:
             return hit[1]
         ok = (key is None or bool(engine.redis.exists(key))) and engine.users.for_digest(digest) is not None
-        if len(_checked) > 10_000:
+        if len(_checked) > MAX_CHECKED:
             _checked.clear()
         _checked[credential] = (now + CHECK_TTL, ok)
         return ok
