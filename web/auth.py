@@ -25,13 +25,13 @@ from urllib.parse import urlsplit
 from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
 
 from ghostless.core.text import text_or_none
-from ghostless.core.users import User
+from ghostless.core.users import User, token_digest
 
 from . import limits
 from .bodies import json_body
 from .deps import get_engine
 from .errors import ApiError
-from .queries import token_digest, user_for_digest
+from .queries import user_for_digest
 
 bp = Blueprint("auth", __name__)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

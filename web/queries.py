@@ -1,18 +1,16 @@
 """Read-only queries the web app needs beyond the Engine API: snapshots with their stream
-position, stuck tasks, throughput, workers, readiness, token digests.
+position, stuck tasks, throughput, workers, the user of a token digest.
 
 Nothing here changes a task: every write goes through the scripts (engine/core/engine.py).
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 
 from ghostless.core.clock import server_ms  # noqa: F401
 from ghostless.core.keys import parse_task_id
 from ghostless.core.models import Event, Task
-from ghostless.core.scripts import SCRIPTS, source
 from ghostless.core.states import State
 # The stream readers and server_ms live in the core (``ghostless tail`` uses them too); web/sse.py
 # reaches them through this module.
@@ -38,10 +36,6 @@ def snapshot(engine, task_id: str, owner: str | None = None):
 
 
 # -- users ----------------------------------------------------------------------------------------
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def user_for_digest(engine, digest: object):
     """The user owning the token with this SHA-256 digest (None once the token is revoked)."""
     if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
@@ -109,21 +103,3 @@ def throughput(engine, minutes: int = 5) -> dict:
 def workers(engine) -> list[dict]:
     """The executor's workers serving this namespace (RQ's registry, read by the execution layer)."""
     return engine.dispatcher.workers()
-
-
-def script_shas() -> dict[str, str]:
-    """SHA1 of each script as the loader sends it (what EVALSHA names)."""
-    return {name: hashlib.sha1(source(name).encode()).hexdigest() for name in SCRIPTS}
-
-
-def ensure_scripts(engine) -> list[str]:
-    """Check the engine's scripts are in Redis's script cache; load those missing (after a
-    restart or SCRIPT FLUSH). Returns the names it loaded. Raises redis errors."""
-    shas = script_shas()
-    present = engine.redis.script_exists(*shas.values())
-    missing = [name for name, ok in zip(shas, present) if not ok]
-    for name in missing:
-        if engine.redis.script_load(source(name)) != shas[name]:
-            raise RuntimeError(f"script {name} loaded under an unexpected sha")
-    return missing
-

@@ -8,6 +8,7 @@ on NOSCRIPT (after ``SCRIPT FLUSH`` or a Redis restart).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 from importlib import resources
@@ -226,3 +227,21 @@ def refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> li
     if code == Code.QUOTA_EXCEEDED:
         raise _quota_exceeded(reply, task_id)
     raise AssertionError(f"unexpected reply {reply!r} from {verb}")  # a script/wrapper mismatch
+
+
+# -- the script cache (web/health.py's /readyz) ----------------------------------------------------
+def script_shas() -> dict[str, str]:
+    """SHA1 of each script as the loader sends it (what EVALSHA names)."""
+    return {name: hashlib.sha1(source(name).encode()).hexdigest() for name in SCRIPTS}
+
+
+def ensure_scripts(redis) -> list[str]:
+    """Check every script is in Redis's script cache; load those missing (after a restart or
+    SCRIPT FLUSH). Returns the names it loaded. Raises redis errors."""
+    shas = script_shas()
+    present = redis.script_exists(*shas.values())
+    missing = [name for name, ok in zip(shas, present) if not ok]
+    for name in missing:
+        if redis.script_load(source(name)) != shas[name]:
+            raise RuntimeError(f"script {name} loaded under an unexpected sha")
+    return missing

@@ -25,7 +25,8 @@ class User:
     tokens: int = 0
 
 
-def _digest(token: str) -> str:
+def token_digest(token: str) -> str:
+    """What Redis keeps of a token, login code or session id: its SHA-256 (hex), never the secret."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -42,7 +43,7 @@ class Users:
         if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise ValueError("user name must be 1-64 letters, digits or . _ @ -")
         token = "gl_" + secrets.token_urlsafe(32)
-        digest = _digest(token)
+        digest = token_digest(token)
 
         def change(record):
             record = record or {"admin": bool(admin), "created_at": time.time(), "tokens": []}
@@ -128,12 +129,12 @@ class Users:
         if self.get(name) is None:
             raise ValueError(f"no user {name!r}")
         code = secrets.token_urlsafe(24)
-        self.redis.set(self.keys.login_code(_digest(code)), name, px=int(ttl * 1000))
+        self.redis.set(self.keys.login_code(token_digest(code)), name, px=int(ttl * 1000))
         return code
 
     def login_code_user(self, code: object) -> User | None:
         """The user a valid one-time code would log in (a confirmation page), without using it up."""
-        name = self.redis.get(self.keys.login_code(_digest(code))) if _code_shaped(code) else None
+        name = self.redis.get(self.keys.login_code(token_digest(code))) if _code_shaped(code) else None
         user = self.get(text(name)) if name else None
         return user if user is not None and user.tokens else None
 
@@ -141,7 +142,7 @@ class Users:
         """(user, digest of their newest token) for a valid code, used up by this call; else None."""
         if not _code_shaped(code):
             return None
-        name = self.redis.getdel(self.keys.login_code(_digest(code)))
+        name = self.redis.getdel(self.keys.login_code(token_digest(code)))
         raw = self.redis.hget(self.keys.users(), text(name)) if name else None
         if not raw or not json.loads(raw)["tokens"]:
             return None
@@ -151,7 +152,7 @@ class Users:
         """The user a token belongs to, or None (also for malformed input)."""
         if not isinstance(token, str) or not 8 <= len(token) <= 256 or not token.isascii():
             return None
-        return self.for_digest(_digest(token))
+        return self.for_digest(token_digest(token))
 
     def for_digest(self, digest: str) -> User | None:
         """The user a token digest belongs to: only while the user's record lists it."""
