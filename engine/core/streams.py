@@ -49,10 +49,14 @@ def is_terminal(ev: dict) -> bool:
 
 
 def read_stream(engine, queue: str, start: str, end: str = "+", batch: int = 500) -> Iterator[dict]:
-    """Events of a queue's stream from ``start`` (``(id``: after id) to ``end``, in order."""
+    """Events of a queue's stream from ``start`` (``(id``: after id) to ``end``, in order.
+    Raises ValueError for a malformed ``(id``."""
     key = engine.keys.queue_key(queue, "events")
     if start.startswith("("):  # as the next id, inclusive: no error after the largest id, any Redis
-        ms, seq = parse_stream_id(start[1:])
+        after = parse_stream_id(start[1:])
+        if after is None:
+            raise ValueError(f"not a stream id: {start[1:]!r}")
+        ms, seq = after
         if seq < MAX_SEQ:
             start = f"{ms}-{seq + 1}"
         elif ms < MAX_SEQ:
@@ -70,9 +74,10 @@ def read_stream(engine, queue: str, start: str, end: str = "+", batch: int = 500
 
 def stream_may_be_trimmed(engine, queue: str, after: str) -> bool:
     """True when events after ``after`` may have been trimmed away (the stream is at its cap
-    and its oldest entry is newer than ``after``)."""
+    and its oldest entry is newer than ``after``; or ``after`` is no stream id)."""
     key = engine.keys.queue_key(queue, "events")
     if engine.redis.xlen(key) < engine.config.stream_maxlen:
         return False
     first = engine.redis.xrange(key, "-", "+", count=1)
-    return bool(first) and parse_stream_id(text(first[0][0])) > parse_stream_id(after)
+    oldest, since = parse_stream_id(text(first[0][0])) if first else None, parse_stream_id(after)
+    return oldest is not None and (since is None or oldest > since)
