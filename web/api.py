@@ -14,8 +14,8 @@ from flask import Blueprint, current_app, g, jsonify, request
 from ghostless.core.errors import GhostlessError
 from ghostless.core.models import Task
 from ghostless.core.states import State
-from ghostless.web import queries as wq
 
+from . import queries as wq
 from .auth import require_user
 from .bodies import json_body
 from .broker import Dropped

@@ -24,13 +24,14 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
 
-from ghostless.core.users import User
-from ghostless.web.queries import token_digest, user_for_digest
+from ghostless.core.text import text_or_none
+from ghostless.core.users import User, token_digest
 
 from . import limits
 from .bodies import json_body
 from .deps import get_engine
 from .errors import ApiError
+from .queries import user_for_digest
 
 bp = Blueprint("auth", __name__)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -63,7 +64,7 @@ def _session_user() -> User | None:
     """The cookie session's user, while the session is live in Redis (not logged out, not expired)."""
     key, digest = _session_key(session.get("sid")), session.get("digest")
     stored = get_engine().redis.get(key) if key else None
-    if stored is None or not isinstance(digest, str) or (stored.decode() if isinstance(stored, bytes) else stored) != digest:
+    if stored is None or not isinstance(digest, str) or text_or_none(stored) != digest:
         return None
     return user_for_digest(get_engine(), digest)
 
@@ -80,6 +81,7 @@ def _start_session(digest: str) -> None:
 
 _checked: dict[tuple, tuple[float, bool]] = {}  # credential -> (good until, answer), shared by streams
 CHECK_TTL = 1.0  # s: a thousand streams of one user ask Redis once a second, not a thousand times
+MAX_CHECKED = 10_000  # credentials remembered per process; past it, all are forgotten at once (bounded memory)
 
 
 def credential_check():
@@ -96,7 +98,7 @@ def credential_check():
         if hit is not None and hit[0] > now:
             return hit[1]
         ok = (key is None or bool(engine.redis.exists(key))) and engine.users.for_digest(digest) is not None
-        if len(_checked) > 10_000:
+        if len(_checked) > MAX_CHECKED:
             _checked.clear()
         _checked[credential] = (now + CHECK_TTL, ok)
         return ok

@@ -16,7 +16,9 @@ from typing import Callable
 
 import redis as redis_lib
 
-from ghostless.web.queries import MAX_SEQ, server_ms, stream_event
+from ghostless.core.clock import retry_delay, server_ms
+from ghostless.core.streams import MAX_SEQ, stream_event
+from ghostless.core.text import text
 
 log = logging.getLogger("ghostless.web.broker")
 
@@ -148,7 +150,7 @@ class Broker:
             except redis_lib.RedisError as e:
                 failures += 1
                 log.warning("event stream read failed (%s); retrying", e)
-                self._stop.wait(min(0.1 * 2 ** failures, 5.0))
+                self._stop.wait(retry_delay(failures, 5.0, doublings=6))
             except Exception:  # noqa: BLE001 - the one reader must outlive a bad event
                 log.exception("event stream reader error")
                 self._stop.wait(1.0)
@@ -165,7 +167,7 @@ class Broker:
         reply = self._client.xread({k: self.positions[q] for k, q in keys.items()},
                                    count=self.batch, block=self.block_ms)
         for key, rows in reply or []:
-            queue = keys[key.decode() if isinstance(key, bytes) else key]
+            queue = keys[text(key)]
             for sid, fields in rows:
                 event = stream_event(queue, sid, fields)
                 self.positions[queue] = event["stream_id"]

@@ -10,10 +10,12 @@ from __future__ import annotations
 import threading
 import time
 
+from ghostless.core.clock import server_ms
 from ghostless.core.states import State
-from ghostless.web import queries as wq
+from ghostless.core.streams import parse_stream_id, stream_event
 
 from . import charts
+from . import queries as wq
 from .friendly import duration
 
 STATES = [s.value for s in State]
@@ -44,7 +46,7 @@ def state_class(state: str) -> str:
 def read_shared(engine) -> dict:
     """Counts, throughput, workers, breakers and draining queues."""
     return {"queues": engine.stats(), "throughput": wq.throughput(engine, MINUTES), "workers": wq.workers(engine),
-            "breakers": engine.breakers(), "draining": engine.draining(), "now": wq.server_ms(engine.redis) / 1000}
+            "breakers": engine.breakers(), "draining": engine.draining(), "now": server_ms(engine.redis) / 1000}
 
 
 def gather(engine, cache: SharedCache, admin: bool, owner: str | None, stuck_after: float) -> dict:
@@ -95,10 +97,10 @@ def recent_events(engine, owner: str | None, limit: int, scan: int = 200) -> lis
     found = []
     for q, rows in zip(queues, pipe.execute()):
         for sid, fields in rows:
-            ev = wq.stream_event(q, sid, fields)
+            ev = stream_event(q, sid, fields)
             if owner is None or ev["owner"] == owner:
                 found.append(ev)
-    found.sort(key=lambda ev: wq.parse_stream_id(ev["stream_id"]), reverse=True)
+    found.sort(key=lambda ev: parse_stream_id(ev["stream_id"]), reverse=True)
     return found[:limit]
 
 

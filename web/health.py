@@ -6,8 +6,8 @@ import logging
 import redis
 from flask import Blueprint, jsonify
 
-from ghostless.web import queries as wq
 from ghostless.core.app import AppError
+from ghostless.core.scripts import script_shas
 
 from .deps import get_engine
 from .errors import error_response
@@ -32,11 +32,11 @@ def readyz():
     try:
         engine = get_engine()
         engine.redis.ping()
-        loaded = wq.ensure_scripts(engine)
+        loaded = engine.scripts.ensure_loaded()
         engine.data_epoch.adopt()  # the first look of this process; later ones verify
     except (redis.RedisError, RuntimeError, AppError) as e:
         log.warning("not ready: %s", e)
         return error_response(503, "not_ready", f"Redis is not ready: {e}"[:300])
     if engine.data_epoch.lost:
         return error_response(503, "redis_data_lost", engine.data_epoch.lost)
-    return jsonify(status="ok", scripts=len(wq.script_shas()), loaded_now=loaded)
+    return jsonify(status="ok", scripts=len(script_shas()), loaded_now=loaded)

@@ -15,7 +15,7 @@ Kinds and config keys (0 turns a limit off):
   ``GHOSTLESS_BEARER_WINDOW`` seconds (60). A good token costs nothing here and is never
   refused; a wrong one over the limit is a 429 instead of a 401.
 
-The address is ``request.remote_addr``: behind a proxy, set ``GHOSTLESS_PROXIES`` (web/__init__.py).
+The address is ``request.remote_addr``: behind a proxy, set ``GHOSTLESS_PROXIES`` (web/app.py).
 """
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from ghostless.core.states import State
+from ghostless.core.text import text
 
 from .auth import UNAUTHORIZED, current_user
 from .deps import get_engine
@@ -50,17 +51,13 @@ COUNTERS = (("stale_rejections", "Calls refused because their fencing token was 
             ("parked", "Tasks set aside while their upstream's circuit breaker was open"))
 
 
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def time_totals(engine, queues: list[str]) -> dict[str, dict[str, int]]:
     """Per queue, the raw ``tis_*``/``stage_*`` totals (ms) and counts of its stats hash (the
     fields engine/core/stats.py turns into means)."""
     pipe = engine.redis.pipeline(transaction=False)
     for q in queues:
         pipe.hgetall(engine.keys.queue_key(q, "stats"))
-    return {q: {_s(k): int(v) for k, v in raw.items() if _s(k).startswith(("tis_", "stage_"))}
+    return {q: {text(k): int(v) for k, v in raw.items() if text(k).startswith(("tis_", "stage_"))}
             for q, raw in zip(queues, pipe.execute())}
 
 

@@ -18,8 +18,8 @@ import json
 
 from flask import Blueprint, current_app, g, redirect, render_template, request, session, url_for
 
+from ghostless.core.clock import server_ms
 from ghostless.core.states import State
-from ghostless.web import queries as wq
 
 from . import dashboard as dash
 from .auth import current_user
@@ -135,7 +135,7 @@ def _task_view(task_id: str) -> dict:
     task = engine.get(task_id, owner=_owner())
     if task is None:
         raise ApiError(404, "not_found", "task not found")
-    now = wq.server_ms(engine.redis) / 1000
+    now = server_ms(engine.redis) / 1000
     draining = not task.terminal and task.queue in engine.draining()
     history = engine.history(task_id)
     return {"task": task, "history": list(reversed(history)), "status": describe(task, now, draining),

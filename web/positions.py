@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ghostless.web.queries import parse_stream_id
+from ghostless.core.streams import parse_stream_id
 
 BASE_RE = re.compile(r"[0-9]{1,19}")
 QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # engine/core/keys.py's alphabet (fullmatch: no trailing newline)

@@ -1,97 +1,25 @@
 """Read-only queries the web app needs beyond the Engine API: snapshots with their stream
-position, stream reads, stuck tasks, throughput, workers, readiness, token digests.
+position, stuck tasks, throughput, workers, the user of a token digest.
 
 Nothing here changes a task: every write goes through the scripts (engine/core/engine.py).
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
-from typing import Iterator
 
+from ghostless.core.clock import server_ms  # noqa: F401
 from ghostless.core.keys import parse_task_id
 from ghostless.core.models import Event, Task
-from ghostless.core.scripts import script_shas  # noqa: F401 (web/health.py reads it here)
 from ghostless.core.states import State
+# The stream readers and server_ms live in the core (``ghostless tail`` uses them too); web/sse.py
+# reaches them through this module.
+from ghostless.core.streams import (  # noqa: F401
+    MAX_SEQ, TERMINAL_VALUES, is_terminal, parse_stream_id, read_stream, stream_may_be_trimmed,
+)
+from ghostless.core.text import text
 
 log = logging.getLogger("ghostless.web")
-
-STREAM_ID_RE = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
-MAX_SEQ = (1 << 64) - 1
-TERMINAL_VALUES = frozenset(s.value for s in State if s.terminal)
-_INT_FIELDS = ("version", "attempt", "token")
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else ("" if v is None else str(v))
-
-
-def parse_stream_id(value: object) -> tuple[int, int] | None:
-    """``"<ms>-<seq>"`` as a comparable pair, or None when malformed."""
-    m = STREAM_ID_RE.fullmatch(value) if isinstance(value, str) else None
-    if not m or int(m.group(1)) >= 1 << 64 or int(m.group(2)) >= 1 << 64:
-        return None
-    return int(m.group(1)), int(m.group(2))
-
-
-def server_ms(redis) -> int:
-    sec, usec = redis.time()
-    return int(sec) * 1000 + int(usec) // 1000
-
-
-# -- events on the queue streams --------------------------------------------------------------------
-def stream_event(queue: str, stream_id, fields: dict) -> dict:
-    """A stream entry (lua/lib/record.lua ``emit``) as the JSON the web sends."""
-    f = {_s(k): _s(v) for k, v in fields.items()}
-    ev = {"stream_id": _s(stream_id), "queue": queue, "task_id": f.pop("id", ""), "kind": f.pop("kind", ""),
-          "owner": f.pop("owner", ""), "type": f.pop("type", ""),
-          "at": int(f.pop("at", "0") or 0) / 1000, "from": f.pop("from", ""), "to": f.pop("to", "")}
-    for name in _INT_FIELDS:
-        if name in f:
-            raw = f.pop(name)
-            ev[name] = int(raw) if raw.lstrip("-").isdigit() else raw
-    if "progress" in f:
-        try:
-            ev["progress"] = float(f.pop("progress"))
-        except ValueError:
-            pass
-    ev.update(f)
-    return ev
-
-
-def is_terminal(ev: dict) -> bool:
-    return ev.get("kind") == "transition" and ev.get("to") in TERMINAL_VALUES
-
-
-def read_stream(engine, queue: str, start: str, end: str = "+", batch: int = 500) -> Iterator[dict]:
-    """Events of a queue's stream from ``start`` (``(id``: after id) to ``end``, in order."""
-    key = engine.keys.queue_key(queue, "events")
-    if start.startswith("("):  # as the next id, inclusive: no error after the largest id, any Redis
-        ms, seq = parse_stream_id(start[1:])
-        if seq < MAX_SEQ:
-            start = f"{ms}-{seq + 1}"
-        elif ms < MAX_SEQ:
-            start = f"{ms + 1}-0"
-        else:
-            return
-    while True:
-        rows = engine.redis.xrange(key, start, end, count=batch)
-        for sid, fields in rows:
-            yield stream_event(queue, sid, fields)
-        if len(rows) < batch:
-            return
-        start = "(" + _s(rows[-1][0])
-
-
-def stream_may_be_trimmed(engine, queue: str, after: str) -> bool:
-    """True when events after ``after`` may have been trimmed away (the stream is at its cap
-    and its oldest entry is newer than ``after``)."""
-    key = engine.keys.queue_key(queue, "events")
-    if engine.redis.xlen(key) < engine.config.stream_maxlen:
-        return False
-    first = engine.redis.xrange(key, "-", "+", count=1)
-    return bool(first) and parse_stream_id(_s(first[0][0])) > parse_stream_id(after)
 
 
 def snapshot(engine, task_id: str, owner: str | None = None):
@@ -108,10 +36,6 @@ def snapshot(engine, task_id: str, owner: str | None = None):
 
 
 # -- users ----------------------------------------------------------------------------------------
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def user_for_digest(engine, digest: object):
     """The user owning the token with this SHA-256 digest (None once the token is revoked)."""
     if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
@@ -140,7 +64,7 @@ def _stuck_in(engine, key: str, until: float, now: int, queued_after: float, own
     batch at a time: other owners' tasks first in line must not hide the caller's."""
     out, offset = [], 0
     while len(out) < limit:
-        ids = [_s(i) for i in engine.redis.zrangebyscore(key, "-inf", until, offset, limit)]
+        ids = [text(i) for i in engine.redis.zrangebyscore(key, "-inf", until, offset, limit)]
         for task in engine.get_many(ids, owner=owner):
             if task is None:
                 continue
@@ -179,10 +103,3 @@ def throughput(engine, minutes: int = 5) -> dict:
 def workers(engine) -> list[dict]:
     """The executor's workers serving this namespace (RQ's registry, read by the execution layer)."""
     return engine.dispatcher.workers()
-
-
-def ensure_scripts(engine) -> list[str]:
-    """Check the engine's scripts are in Redis's script cache; load those missing (after a
-    restart or SCRIPT FLUSH). Returns the names it loaded. Raises redis errors."""
-    return engine.scripts.ensure_loaded()
-

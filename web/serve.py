@@ -62,7 +62,7 @@ def serve(engine, app_spec: str | None, host: str, port: int, workers: int, thre
         return
     log.warning("gunicorn is not installed: serving with Flask's development server (one process, "
                 "threaded); pip install gunicorn for production")
-    from . import create_app
+    from .app import create_app
     from .accesslog import RedactLoginCodes
 
     werkzeug_log = logging.getLogger("werkzeug")
@@ -110,7 +110,7 @@ def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:
                 self.cfg.set(key, value)
 
         def load(self):
-            from . import create_app
+            from .app import create_app
 
             return create_app()
 

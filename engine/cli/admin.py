@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ghostless.cli.root import APP, REDIS, user_group
-from ghostless.cli.ops import BY, JSON, BadArgument, _dump, _engine, _errors, _task_id, command
+from ghostless.cli.common import (
+    APP, BY, JSON, REDIS, BadArgument, checked_task_id, dump, load_engine, one_line_errors,
+)
+from ghostless.cli.root import command, user_group
 from ghostless.core.quota import FIELDS
 
 
@@ -14,10 +16,10 @@ from ghostless.core.quota import FIELDS
 @BY
 def reclaim_command(app_spec, redis_url, as_json, task_id, by):
     """Take a stuck PROCESSING task from its worker now; it runs again at once."""
-    engine = _engine(app_spec, redis_url)
-    state = engine.reclaim(_task_id(task_id), by=by)
+    engine = load_engine(app_spec, redis_url, quiet=True)
+    state = engine.reclaim(checked_task_id(task_id), by=by)
     if as_json:
-        _dump({"task": task_id, "status": state.value})
+        dump({"task": task_id, "status": state.value})
     else:
         click.echo(f"reclaimed {task_id}: now {state.value} (by {by})")
 
@@ -27,9 +29,9 @@ def reclaim_command(app_spec, redis_url, as_json, task_id, by):
 @BY
 def retry_failed_command(app_spec, redis_url, as_json, type_name, by):
     """Reopen every FAILED task of TYPE (each retry audited)."""
-    engine = _engine(app_spec, redis_url)
+    engine = load_engine(app_spec, redis_url, quiet=True)
     count = engine.retry_failed(type_name, by=by)
-    _dump({"type": type_name, "retried": count}) if as_json else click.echo(f"retried {count} {type_name} task(s)")
+    dump({"type": type_name, "retried": count}) if as_json else click.echo(f"retried {count} {type_name} task(s)")
 
 
 @command("drain")
@@ -37,12 +39,12 @@ def retry_failed_command(app_spec, redis_url, as_json, type_name, by):
 @click.option("--resume", is_flag=True, help="Hand the queue's tasks to workers again.")
 def drain_command(app_spec, redis_url, as_json, queue, resume):
     """Stop handing QUEUE's tasks to workers (running and queued ones finish); --resume undoes it."""
-    engine = _engine(app_spec, redis_url)
+    engine = load_engine(app_spec, redis_url, quiet=True)
     if queue not in engine.queues():
         raise BadArgument(f"no queue {queue!r} (queues: {', '.join(engine.queues()) or 'none'})")
     engine.drain(queue, not resume)
     if as_json:
-        _dump({"queue": queue, "draining": not resume})
+        dump({"queue": queue, "draining": not resume})
     else:
         click.echo(f"{queue}: {'resumed' if resume else 'draining (new and returning tasks wait in PENDING)'}")
 
@@ -74,8 +76,8 @@ def _quota_options(fn):
 def user_quota_command(app_spec, redis_url, as_json, name, clear, **limits):
     """Show or set NAME's own submit limits (per queue; 'none' = no limit); unset ones keep the web
     app's defaults. A web process sees a change within GHOSTLESS_QUOTA_CACHE seconds."""
-    with _errors():
-        users = _engine(app_spec, redis_url).users
+    with one_line_errors():
+        users = load_engine(app_spec, redis_url, quiet=True).users
         if users.get(name) is None:
             raise BadArgument(f"no user {name!r}")
         given = {k: _limit(float if k == "per" else int, v) for k, v in limits.items() if v is not None}
@@ -85,7 +87,7 @@ def user_quota_command(app_spec, redis_url, as_json, name, clear, **limits):
             users.set_quota(name, current)
         quota = users.quota_overrides(name)
     if as_json:
-        _dump(quota)
+        dump(quota)
     else:
         click.echo(f"{name}: " + (", ".join(f"{k}={'none' if v is None else v}" for k, v in sorted(quota.items()))
                                   or "the web app's defaults"))

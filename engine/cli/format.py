@@ -73,7 +73,7 @@ def history_table(history: list[Event]) -> str:
 
 
 def event_line(ev: dict) -> str:
-    """One stream event (engine/web_queries.stream_event) as one line."""
+    """One stream event (engine/core/streams.py stream_event) as one line."""
     extra = {k: v for k, v in ev.items() if k in ("progress", "message", "token")}
     what = _what(ev.get("kind", ""), ev.get("verb", ""), ev.get("from", ""), ev.get("to", ""),
                  ev.get("stage", ""), extra)

@@ -1,89 +1,26 @@
 """Operator commands of ``ghostless``: submit, show, cancel, edit, retry, tail, stats, check, scheduler.
 
-They hang on the ``main`` group of engine/cli/root.py. Each prints a table for people, or
-JSON with ``--json`` for scripts. Errors are one line on stderr, never a traceback:
-exit 2 for a bad argument (malformed JSON, unknown task type, no app), exit 1 for an
-unknown task, a refused transition, an unreachable Redis or violated invariants.
+They hang on the ``main`` group of engine/cli/root.py (``command``). Each prints a table for people,
+or JSON with ``--json`` for scripts. Errors are one line on stderr, never a traceback
+(engine/cli/common.py): exit 2 for a bad argument (malformed JSON, unknown task type, no app),
+exit 1 for an unknown task, a refused transition, an unreachable Redis or violated invariants.
 cancel, edit and retry act as an admin and record ``--by`` (default ``cli``) in the history.
 """
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sys
-from contextlib import contextmanager
 
 import click
-import redis
 
 from ghostless.core import check as check_mod
-from ghostless.core.app import AppError, load_app
-from ghostless.cli.root import APP, REDIS, _logging, main
+from ghostless.core.clock import server_ms
+from ghostless.cli.common import BY, BadArgument, checked_task_id, dump, load_engine, setup_logging
+from ghostless.cli.root import command
 from ghostless.cli.format import event_line, history_table, stats_tables, task_block, when
-from ghostless.core.errors import GhostlessError, IllegalTransition, TaskNotFound
-from ghostless.core.keys import parse_task_id
+from ghostless.core.errors import TaskNotFound
 from ghostless.core.server import persistence_notes
-
-JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-BY = click.option("--by", default="cli", show_default=True, help="Who acts (recorded in the task's history).")
-
-
-class Failed(click.ClickException):
-    """Exit 1 with one line on stderr."""
-
-    exit_code = 1
-
-
-class BadArgument(click.ClickException):
-    """Exit 2 with one line on stderr (click.UsageError would add usage lines)."""
-
-    exit_code = 2
-
-
-@contextmanager
-def _errors():
-    try:
-        yield
-    except click.ClickException:
-        raise
-    except AppError as e:
-        raise BadArgument(str(e)) from None
-    except (redis.ConnectionError, redis.TimeoutError) as e:
-        raise Failed(f"cannot reach Redis: {e}") from None
-    except TaskNotFound as e:
-        raise Failed(str(e)) from None
-    except IllegalTransition as e:
-        raise Failed(f"refused: {e}") from None
-    except ValueError as e:  # also UnknownTaskType, and malformed JSON
-        raise BadArgument(str(e)) from None
-    except GhostlessError as e:
-        raise Failed(str(e)) from None
-    except redis.RedisError as e:
-        raise Failed(f"Redis refused: {e}") from None
-
-
-def command(name: str, **kw):
-    """A ``main`` subcommand with --app, --redis-url and --json, whose errors are one line."""
-
-    def decorate(fn):
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            with _errors():
-                return fn(*args, **kwargs)
-
-        return main.command(name, **kw)(APP(REDIS(JSON(run))))
-
-    return decorate
-
-
-def _engine(app_spec, redis_url):
-    # One-shot commands print only their answer: the start-up notes of the server checks
-    # (persistence) belong to the long-running processes' logs and to `ghostless check`.
-    logger = logging.getLogger("ghostless")
-    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-        logger.addHandler(logging.NullHandler())
-    return load_app(app_spec, redis_url)
 
 
 def _args(text: str) -> dict:
@@ -96,18 +33,8 @@ def _args(text: str) -> dict:
     return value
 
 
-def _task_id(task_id: str) -> str:
-    if parse_task_id(task_id) is None:
-        raise Failed(f"task {task_id!r} not found (task ids look like images.0123456789abcdef0123)")
-    return task_id
-
-
-def _dump(value) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
-
-
 def _get(engine, task_id):
-    task = engine.get(_task_id(task_id))
+    task = engine.get(checked_task_id(task_id))
     if task is None:
         raise TaskNotFound(task_id)
     return task
@@ -129,12 +56,12 @@ def submit_command(app_spec, redis_url, as_json, type_name, args_json, owner, id
                    depends_on, due_in, escalate_in, notify_url):
     """Submit a task of a registered TYPE."""
     args = _args(args_json)
-    engine = _engine(app_spec, redis_url)
+    engine = load_engine(app_spec, redis_url, quiet=True)
     task = engine.submit(type_name, args, owner=owner, idempotency_key=idempotency_key, priority=priority,
                          delay=delay, depends_on=list(depends_on) or None, due_in=due_in,
                          escalate_in=escalate_in, notify_url=notify_url)
     if as_json:
-        _dump(task.to_dict())
+        dump(task.to_dict())
     else:
         click.echo(f"submitted {task.id} ({task.type}, {task.status.value}, owner {task.owner})")
 
@@ -143,11 +70,11 @@ def submit_command(app_spec, redis_url, as_json, type_name, args_json, owner, id
 @click.argument("task_id")
 def show_command(app_spec, redis_url, as_json, task_id):
     """A task and its history."""
-    engine = _engine(app_spec, redis_url)
+    engine = load_engine(app_spec, redis_url, quiet=True)
     task = _get(engine, task_id)
     history = engine.history(task_id)
     if as_json:
-        _dump({"task": task.to_dict(), "history": [e.to_dict() for e in history]})
+        dump({"task": task.to_dict(), "history": [e.to_dict() for e in history]})
         return
     click.echo(task_block(task))
     click.echo(f"\nhistory ({len(history)} {'entry' if len(history) == 1 else 'entries'}, oldest first)")
@@ -160,12 +87,12 @@ def show_command(app_spec, redis_url, as_json, task_id):
 @click.option("--reason", default="", help="Why (default: cancelled by <by>).")
 def cancel_command(app_spec, redis_url, as_json, task_id, by, reason):
     """Cancel a task that has not ended (as an admin)."""
-    engine = _engine(app_spec, redis_url)
+    engine = load_engine(app_spec, redis_url, quiet=True)
     before = _get(engine, task_id)
     engine.cancel(task_id, by=by, admin=True, reason=reason)
     task = _get(engine, task_id)
     if as_json:
-        _dump(task.to_dict())
+        dump(task.to_dict())
     elif before.status == task.status:
         click.echo(f"{task_id} was already {task.status.value}")
     else:
@@ -179,10 +106,10 @@ def cancel_command(app_spec, redis_url, as_json, task_id, by, reason):
 def edit_command(app_spec, redis_url, as_json, task_id, args_json, by):
     """Replace a task that has not ended by a new one with other arguments (one atomic step)."""
     args = _args(args_json)
-    engine = _engine(app_spec, redis_url)
-    new = engine.edit(_task_id(task_id), args, by=by, admin=True)
+    engine = load_engine(app_spec, redis_url, quiet=True)
+    new = engine.edit(checked_task_id(task_id), args, by=by, admin=True)
     if as_json:
-        _dump({"old": _get(engine, task_id).to_dict(), "new": new.to_dict()})
+        dump({"old": _get(engine, task_id).to_dict(), "new": new.to_dict()})
     else:
         click.echo(f"edited {task_id}: CANCELLED, superseded by {new.id} ({new.status.value}, by {by})")
 
@@ -192,12 +119,12 @@ def edit_command(app_spec, redis_url, as_json, task_id, args_json, by):
 @BY
 def retry_command(app_spec, redis_url, as_json, task_id, by):
     """Reopen a FAILED or TIMEOUT task with fresh attempts (audited)."""
-    engine = _engine(app_spec, redis_url)
+    engine = load_engine(app_spec, redis_url, quiet=True)
     before = _get(engine, task_id)
     engine.retry(task_id, by=by, admin=True)
     task = _get(engine, task_id)
     if as_json:
-        _dump(task.to_dict())
+        dump(task.to_dict())
     else:
         click.echo(f"retried {task_id}: {before.status.value} -> {task.status.value} (by {by})")
 
@@ -213,8 +140,8 @@ def tail_command(app_spec, redis_url, as_json, since, task_id, follow):
     """Print queue events as they happen, one line each (Ctrl-C stops)."""
     from .tail import Tail
 
-    engine = _engine(app_spec, redis_url)
-    tail = Tail(engine, since=since, task_id=_task_id(task_id) if task_id else None)
+    engine = load_engine(app_spec, redis_url, quiet=True)
+    tail = Tail(engine, since=since, task_id=checked_task_id(task_id) if task_id else None)
     if task_id and _get(engine, task_id).terminal:
         follow = False  # print what the streams still hold about it, then stop
     if follow:
@@ -229,9 +156,9 @@ def tail_command(app_spec, redis_url, as_json, since, task_id, follow):
 @command("stats")
 def stats_command(app_spec, redis_url, as_json):
     """Counts per queue and state, time in state and stage, failures by kind (no scan)."""
-    stats = _engine(app_spec, redis_url).stats()
+    stats = load_engine(app_spec, redis_url, quiet=True).stats()
     if as_json:
-        _dump(stats)
+        dump(stats)
     elif not stats:
         click.echo("no queues yet")
     else:
@@ -242,7 +169,7 @@ def stats_command(app_spec, redis_url, as_json):
 @click.pass_context
 def check_command(ctx, app_spec, redis_url, as_json):
     """Verify the invariants on every task (a scan); exit 1 when any is violated."""
-    engine = _engine(app_spec, redis_url)
+    engine = load_engine(app_spec, redis_url, quiet=True)
     queues = engine.queues()
     pipe = engine.redis.pipeline(transaction=False)
     for q in queues:
@@ -260,7 +187,7 @@ def check_command(ctx, app_spec, redis_url, as_json):
         notes.append(f"data epoch {epoch} since {when(since_ms / 1000) if since_ms else '?'}: a loss of data "
                      "before then is not visible here")
     if as_json:
-        _dump({"healthy": not problems, "violations": problems, "queues": queues, "tasks": total,
+        dump({"healthy": not problems, "violations": problems, "queues": queues, "tasks": total,
                "server": notes, "data_epoch": epoch})
     else:
         for note in notes:
@@ -268,13 +195,8 @@ def check_command(ctx, app_spec, redis_url, as_json):
         for p in problems:
             click.echo(f"VIOLATION {p}")
         verdict = f"{len(problems)} invariant violation(s)" if problems else "healthy: every invariant holds"
-        click.echo(f"{verdict} ({len(queues)} queue(s), {total} task(s) checked at {when(_now(engine))})")
+        click.echo(f"{verdict} ({len(queues)} queue(s), {total} task(s) checked at {when(server_ms(engine.redis) / 1000)})")
     ctx.exit(1 if problems else 0)
-
-
-def _now(engine) -> float:
-    sec, usec = engine.redis.time()
-    return int(sec) + int(usec) / 1e6
 
 
 # -- periodic tasks -------------------------------------------------------------------------------
@@ -289,14 +211,14 @@ def scheduler_command(app_spec, redis_url, as_json, interval, burst, list_only, 
     from ghostless.periodic.schedules import describe, schedules
 
     if not list_only:
-        _logging(log_level)  # before the app loads: its start-up checks log what Redis would lose
-    engine = _engine(app_spec, redis_url) if list_only else load_app(app_spec, redis_url)
+        setup_logging(log_level)  # before the app loads: its start-up checks log what Redis would lose
+    engine = load_engine(app_spec, redis_url, quiet=list_only)
     if not schedules(engine):
         raise BadArgument("no periodic tasks in the app: register them with engine.periodic(name, cron=...)")
     if list_only:
         rows = describe(engine)
         if as_json:
-            _dump(rows)
+            dump(rows)
             return
         for r in rows:
             click.echo(f"{r['name']}  cron {r['cron']!r}  type {r['type']}  owner {r['owner']}  "

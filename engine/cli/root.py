@@ -1,38 +1,36 @@
-"""The ``ghostless`` command (also ``python -m ghostless``)."""
+"""The ``ghostless`` command (also ``python -m ghostless``): the ``main`` group, its long-running
+processes (worker, sweeper, web, demo) and the ``user`` group. ops.py and admin.py add the rest
+through ``command``."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import threading
 
 import click
-import redis
 
-from ghostless.core.app import AppError, load_app
-
-APP = click.option("--app", "app_spec", envvar="GHOSTLESS_APP", help="module:attribute of the Engine.")
-REDIS = click.option("--redis-url", envvar="GHOSTLESS_REDIS_URL", help="Redis URL (else the app's).")
-
-
-def _engine(app_spec, redis_url):
-    try:
-        return load_app(app_spec, redis_url)
-    except (AppError, ValueError) as e:  # ValueError: a malformed --redis-url, from redis-py
-        raise click.UsageError(str(e)) from None
-    except (redis.ConnectionError, redis.TimeoutError) as e:
-        raise click.ClickException(f"cannot reach Redis: {e}") from None
-    except redis.RedisError as e:
-        raise click.ClickException(f"Redis refused: {e}") from None
-
-
-def _logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+from ghostless.cli.common import APP, JSON, REDIS, load_engine, one_line_errors, setup_logging
 
 
 @click.group()
 def main():
     """ghostless: tasks in Redis that never vanish."""
+
+
+def command(name: str, **kw):
+    """A ``main`` subcommand with --app, --redis-url and --json, whose errors are one line."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with one_line_errors():
+                return fn(*args, **kwargs)
+
+        return main.command(name, **kw)(APP(REDIS(JSON(run))))
+
+    return decorate
 
 
 @main.command("worker")
@@ -48,8 +46,8 @@ def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_l
     """Run an RQ worker for the app's queues (all registered queues by default)."""
     from ghostless.execution.worker import run_worker
 
-    engine = _engine(app_spec, redis_url)
-    _logging(log_level)
+    engine = load_engine(app_spec, redis_url)
+    setup_logging(log_level)
     engine.data_epoch.watch()  # logs an error if Redis loses its data while this worker runs
     try:
         run_worker(engine, list(queues) or None, worker_class, burst=burst, name=name, logging_level=log_level)
@@ -68,8 +66,8 @@ def sweeper_command(app_spec, redis_url, interval, batch, log_level):
     """Reclaim expired leases, promote due retries, re-dispatch lost jobs, purge old tasks."""
     from ghostless.core.sweep import run_sweeper
 
-    engine = _engine(app_spec, redis_url)
-    _logging(log_level)
+    engine = load_engine(app_spec, redis_url)
+    setup_logging(log_level)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -104,8 +102,8 @@ def web_command(app_spec, redis_url, host, port, workers, threads, server, conne
     """Serve the web app and JSON API (gunicorn gthread when installed)."""
     from ghostless.web.serve import serve
 
-    engine = _engine(app_spec, redis_url)
-    _logging(log_level)
+    engine = load_engine(app_spec, redis_url)
+    setup_logging(log_level)
     if redis_url:
         os.environ["GHOSTLESS_REDIS_URL"] = redis_url  # gunicorn workers load the app again
     try:
@@ -127,7 +125,7 @@ def user_group():
 def user_add(app_spec, redis_url, name, admin):
     """Create NAME (or keep it) and print a new API token: it is shown only this once."""
     try:
-        token = _engine(app_spec, redis_url).users.add(name, admin=admin)
+        token = load_engine(app_spec, redis_url).users.add(name, admin=admin)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     click.echo(token)
@@ -139,7 +137,7 @@ def user_add(app_spec, redis_url, name, admin):
 @REDIS
 def user_list(app_spec, redis_url):
     """Every user, whether admin, and how many tokens they hold."""
-    for user in _engine(app_spec, redis_url).users.list():
+    for user in load_engine(app_spec, redis_url).users.list():
         click.echo(f"{user.name}\t{'admin' if user.admin else 'user'}\ttokens={user.tokens}")
 
 
@@ -152,7 +150,7 @@ def user_list(app_spec, redis_url):
 def user_login_link(app_spec, redis_url, name, base_url, ttl):
     """Print a one-time link that logs a browser in as NAME (valid once, for --ttl seconds)."""
     try:
-        code = _engine(app_spec, redis_url).users.login_code(name, ttl)
+        code = load_engine(app_spec, redis_url).users.login_code(name, ttl)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"{base_url.rstrip('/')}/login/{code}")
@@ -164,6 +162,6 @@ def user_login_link(app_spec, redis_url, name, base_url, ttl):
 @click.argument("name")
 def user_revoke(app_spec, redis_url, name):
     """Remove NAME and every token of theirs (their sessions end too)."""
-    if not _engine(app_spec, redis_url).users.revoke(name):
+    if not load_engine(app_spec, redis_url).users.revoke(name):
         raise click.ClickException(f"no user {name!r}")
     click.echo(f"revoked {name}")

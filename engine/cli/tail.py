@@ -4,7 +4,7 @@ Every transition, stage, progress report and refused stale call is an entry of i
 queue's stream (lua/lib/record.lua ``emit``). A Tail reads them with XREAD BLOCK over
 every queue's stream (new queues are picked up as they appear), or over one task's
 queue, in stream-id order (two queues' events of the same millisecond come in either
-order), as the dicts the web's SSE sends (web/queries.py).
+order), as the dicts the web's SSE sends (engine/core/streams.py).
 """
 from __future__ import annotations
 
@@ -12,15 +12,12 @@ import heapq
 import time
 from typing import Iterator
 
+from ghostless.core.clock import server_ms
 from ghostless.core.keys import parse_task_id
-from ghostless.web.queries import is_terminal, parse_stream_id, read_stream, server_ms, stream_event
+from ghostless.core.streams import MAX_SEQ, is_terminal, parse_stream_id, read_stream, stream_event
+from ghostless.core.text import text
 
-MAX_SEQ = (1 << 64) - 1
 BATCH = 500
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else v
 
 
 class Tail:
@@ -57,7 +54,7 @@ class Tail:
             return self._literal()
         # `$` resolved now, not at the first XREAD: events between the two are not lost.
         last = self.engine.redis.xrevrange(self._key(queue), count=1)
-        return _s(last[0][0]) if last else self._later
+        return text(last[0][0]) if last else self._later
 
     def describe(self) -> str:
         what = f"task {self.task_id}" if self.task_id else f"{len(self.positions)} queue(s)"
@@ -85,11 +82,11 @@ class Tail:
                                             count=BATCH, block=self.block_ms)
             batch = []
             for key, entries in reply or []:
-                queue = self._queue_of(_s(key))
+                queue = self._queue_of(text(key))
                 for sid, fields in entries:
                     batch.append(stream_event(queue, sid, fields))
                 if entries:
-                    self.positions[queue] = _s(entries[-1][0])
+                    self.positions[queue] = text(entries[-1][0])
             batch.sort(key=lambda e: parse_stream_id(e["stream_id"]))
             for ev in batch:
                 if self._wanted(ev):

@@ -1,9 +1,7 @@
 """Reading circuit breaker states (their changes happen inside the claim/complete/fail scripts)."""
 from __future__ import annotations
 
-
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
+from .text import text
 
 
 def states(engine) -> list[dict]:
@@ -13,7 +11,7 @@ def states(engine) -> list[dict]:
         if not tt.breaker or (tt.queue, tt.breaker_name) in seen:
             continue
         seen.add((tt.queue, tt.breaker_name))
-        h = {_s(k): _s(v) for k, v in engine.redis.hgetall(engine.keys.breaker(tt.queue, tt.breaker_name)).items()}
+        h = {text(k): text(v) for k, v in engine.redis.hgetall(engine.keys.breaker(tt.queue, tt.breaker_name)).items()}
         calls = sum(int(v) for k, v in h.items() if k.startswith(("ok:", "fail:")))
         fails = sum(int(v) for k, v in h.items() if k.startswith("fail:"))
         rows.append({"queue": tt.queue, "upstream": tt.breaker_name, "state": h.get("state", "closed"),

@@ -6,14 +6,11 @@ used on a hot path.
 from __future__ import annotations
 
 from .states import DEADLINE_SET, State, TERMINAL
+from .text import text, text_or_none
 
 SETS = ("dispatch", "leases", "retries", "expiry", "waiting")
 LINE = "ready"  # QUEUED tasks only, in the order workers take them
 CHUNK = 500
-
-
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
 
 
 def check(engine, progress=None) -> list[str]:
@@ -27,9 +24,9 @@ def check(engine, progress=None) -> list[str]:
 def _check_queue(engine, queue: str, progress=None) -> list[str]:
     r, k = engine.redis, engine.keys
     problems: list[str] = []
-    members = {name: {_s(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
+    members = {name: {text(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
                for name in SETS + (LINE,)}
-    ids = [_s(m) for m in r.zrange(k.queue_key(queue, "index"), 0, -1)]
+    ids = [text(m) for m in r.zrange(k.queue_key(queue, "index"), 0, -1)]
     scanned = {s.value: 0 for s in State}
     unfinished: dict[str, int] = {}  # what the owners hash must hold: 'n:<owner>' and 'b:<owner>'
     seen = set()
@@ -42,11 +39,11 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
         rows = pipe.execute()
         pipe = r.pipeline(transaction=False)
         for tid, row in zip(chunk, rows):
-            pipe.zscore(k.owner_index(queue, _s(row[6]) or ""), tid).strlen(k.task(tid).args)
+            pipe.zscore(k.owner_index(queue, text(row[6])), tid).strlen(k.task(tid).args)
         replies = pipe.execute()
         for tid, row, listed, args_bytes in zip(chunk, rows, replies[::2], replies[1::2]):
             seen.add(tid)
-            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting = (_s(x) for x in row)
+            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting = (text_or_none(x) for x in row)
             if status is not None and State(status) not in TERMINAL:
                 unfinished[f"n:{owner}"] = unfinished.get(f"n:{owner}", 0) + 1
                 unfinished[f"b:{owner}"] = unfinished.get(f"b:{owner}", 0) + args_bytes
@@ -79,13 +76,13 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
     for name, m in members.items():
         for tid in m.keys() - seen:
             problems.append(f"{tid}: in the {name} set of queue {queue} but not a task of it")
-    held = {_s(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "owners")).items()}
+    held = {text(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "owners")).items()}
     for field in sorted(held.keys() | unfinished.keys()):
         if held.get(field, 0) != unfinished.get(field, 0):
             what = "unfinished tasks" if field.startswith("n:") else "args bytes of unfinished tasks"
             problems.append(f"queue {queue}: owner {field[2:]!r} is counted with {held.get(field, 0)} {what} "
                             f"but a scan finds {unfinished.get(field, 0)}")
-    counts = {_s(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "counts")).items()}
+    counts = {text(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "counts")).items()}
     for state, n in scanned.items():
         if counts.get(state, 0) != n:
             problems.append(f"queue {queue}: counter {state}={counts.get(state, 0)} but a scan finds {n}")

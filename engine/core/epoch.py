@@ -19,12 +19,11 @@ import logging
 import secrets
 import threading
 
+from .clock import server_ms
+from .text import text_or_none
+
 log = logging.getLogger("ghostless")
 WATCH_INTERVAL = 5.0  # seconds between a long-running process's looks at the marker
-
-
-def _s(v) -> str | None:
-    return v.decode() if isinstance(v, bytes) else v
 
 
 class DataEpoch:
@@ -42,12 +41,11 @@ class DataEpoch:
         if self.seen is not None:
             self.verify()
             return self.seen
-        sec, usec = self.redis.time()
-        value = f"{secrets.token_hex(8)}@{int(sec) * 1000 + int(usec) // 1000}"
+        value = f"{secrets.token_hex(8)}@{server_ms(self.redis)}"
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.key, value, nx=True)
         pipe.get(self.key)
-        current = _s(pipe.execute()[1])
+        current = text_or_none(pipe.execute()[1])
         with self._lock:
             if self.seen is None:
                 self.seen = current
@@ -56,7 +54,7 @@ class DataEpoch:
     def verify(self) -> str | None:
         """Look at the marker: None while it is the one this process remembers, else why the data
         is lost (sticky until restart). The first look of a process remembers what it finds."""
-        current = _s(self.redis.get(self.key))
+        current = text_or_none(self.redis.get(self.key))
         with self._lock:
             if self.seen is None:
                 self.seen = current
@@ -70,7 +68,7 @@ class DataEpoch:
 
     def current(self) -> tuple[str | None, int | None]:
         """The marker now: (epoch id, server time in ms it was written), (None, None) without one."""
-        value = _s(self.redis.get(self.key))
+        value = text_or_none(self.redis.get(self.key))
         if value is None:
             return None, None
         epoch, _, at = value.partition("@")

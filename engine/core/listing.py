@@ -7,12 +7,9 @@ the position of the last task returned: ``<created ms>.<task id>``.
 from __future__ import annotations
 
 from .models import Task
+from .text import text
 
 SCAN = 200  # rows read per index per read (a round reads on past rows at or before its cursor)
-
-
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
 
 
 def decode_cursor(cursor: str | None) -> tuple[int, str] | None:
@@ -49,7 +46,7 @@ def list_tasks(engine, owner: str | None = None, status: str | None = None, type
         for index in indexes:
             top, offset = (position[0] if position else "+inf"), 0
             while True:
-                got = [(int(s), _s(m)) for m, s in
+                got = [(int(s), text(m)) for m, s in
                        engine.redis.zrevrangebyscore(index, top, "-inf", start=offset, num=SCAN, withscores=True)]
                 fresh = [r for r in got if position is None or _order(r) > _order(position)]
                 if fresh or len(got) < SCAN:

@@ -9,19 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .states import State
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else ("" if v is None else str(v))
+from .text import text
 
 
 def _t(v) -> float | None:
-    v = _s(v)
+    v = text(v)
     return int(v) / 1000 if v not in ("", "0") else None
 
 
 def _i(v, default: int = 0) -> int:
-    v = _s(v)
+    v = text(v)
     return int(v) if v else default
 
 
@@ -73,7 +70,7 @@ class Task:
 
     @classmethod
     def from_redis(cls, h: dict, args_json, result_json) -> "Task":
-        g = {_s(k): _s(v) for k, v in h.items()}
+        g = {text(k): text(v) for k, v in h.items()}
         lease = None
         if g.get("status") == "PROCESSING":
             parts = [int(g[k]) for k in ("lease_until", "attempt_deadline", "stage_deadline") if g.get(k, "0") != "0"]

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from .errors import PermanentError
 from .registry import Backoff
+from .text import text
 
 TYPE = "ghostless.notify"
 MAX_URL = 2048
@@ -152,8 +153,6 @@ def enable(engine, secret: str, queue: str = "notifications", max_attempts: int 
             raise DeliveryFailed(f"receiver answered {status} (redirects are not followed)")
         raise DeliveryFailed(f"receiver answered {status}")
 
-    engine._notify_queue = queue
-
 
 def owner_webhook(engine, owner: str) -> str | None:
     """The owner's default webhook (cached a few seconds per process)."""
@@ -161,7 +160,7 @@ def owner_webhook(engine, owner: str) -> str | None:
     cache = engine._webhook_cache
     if cache is None or now - cache[0] > OWNER_CACHE_SECONDS:
         raw = engine.redis.hgetall(engine.keys.webhooks())
-        cache = engine._webhook_cache = (now, {_s(k): _s(v) for k, v in raw.items()})
+        cache = engine._webhook_cache = (now, {text(k): text(v) for k, v in raw.items()})
     return cache[1].get(owner)
 
 
@@ -186,7 +185,3 @@ def hand_off(engine, queue: str, batch: int = 100) -> int:
             pipe.lrem(outbox, 1, raw)
         pipe.execute()
     return len(entries)
-
-
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v

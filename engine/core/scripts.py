@@ -25,6 +25,7 @@ from .errors import (
 from .keys import TaskKeys, parse_task_id
 from .models import Lease
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
+from .text import decoded
 
 LUA_DIR = Path(str(resources.files("ghostless.lua")))  # package data: a real folder installed, editable or in a checkout
 LIBS = ("time", "task", "record", "lease", "backoff", "breaker", "quota")  # order matters: later ones use earlier ones
@@ -95,14 +96,6 @@ def needed_libs(name: str) -> tuple[str, ...]:
 def script_shas() -> dict[str, str]:
     """SHA1 of each script as the loader sends it (what EVALSHA names)."""
     return {name: hashlib.sha1(source(name).encode()).hexdigest() for name in SCRIPTS}
-
-
-def _dec(v):
-    if isinstance(v, bytes):
-        return v.decode()
-    if isinstance(v, list):
-        return [_dec(x) for x in v]
-    return v
 
 
 class SubmitArgs(NamedTuple):
@@ -332,7 +325,7 @@ WAITING = TaskKeys._fields.index("waiting")
 
 def parse(reply) -> list:
     """A script's reply, decoded, with its code as a Code (a trailing RESOLVE_MARK is kept)."""
-    reply = _dec(reply)
+    reply = decoded(reply)
     reply[0] = Code(reply[0])
     return reply
 
@@ -363,3 +356,4 @@ def refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> li
     if code == Code.QUOTA_EXCEEDED:
         raise _quota_exceeded(reply, task_id)
     raise AssertionError(f"unexpected reply {reply!r} from {verb}")  # a script/wrapper mismatch
+

@@ -98,10 +98,6 @@ TRANSITIONS: dict[str, Transition] = {
 }
 
 
-def is_legal(verb: str, state: State | str) -> bool:
-    return State(state) in TRANSITIONS[verb].sources
-
-
 def mermaid() -> str:
     """The state diagram of docs/lifecycle.md, generated from TRANSITIONS (a test keeps them equal)."""
     lines = ["stateDiagram-v2"]

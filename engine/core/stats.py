@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from .states import State
+from .text import text
 
 
 def _d(h: dict) -> dict[str, int]:
-    return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in h.items()}
+    return {text(k): int(v) for k, v in h.items()}
 
 
 def stats(engine) -> dict:

@@ -11,6 +11,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from .clock import retry_delay
 from .errors import Code, GhostlessError, UnknownTaskType
 from ghostless.core import dependencies as deps
 from ghostless.core import notify
@@ -218,7 +219,7 @@ class Wake:
             except Exception as e:  # noqa: BLE001 - Redis away: listen again; the sweeper still wakes on time
                 errors += 1
                 log.debug("sweeper wake-up channel lost (%s); subscribing again", e)
-                self._stop.wait(min(5.0, 0.1 * 2 ** min(errors, 6)))
+                self._stop.wait(retry_delay(errors, 5.0, doublings=6))
             finally:
                 try:
                     pubsub.close()
@@ -254,7 +255,7 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
         except (redis.ConnectionError, redis.TimeoutError) as e:
             errors += 1
             log.warning("sweeper: Redis unreachable (%s); retrying", e)
-            stop.wait(min(interval, 0.1 * 2 ** min(errors, 5)))
+            stop.wait(retry_delay(errors, interval))
             continue
         except Exception as e:  # e.g. Redis full (OOM under noeviction): the sweeper must outlive it
             errors += 1
@@ -262,7 +263,7 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
                 log.warning("sweeper: Redis is full, writes refused (%s); retrying", e)
             else:
                 log.exception("sweeper: tick failed; retrying")
-            stop.wait(min(max(interval, 1.0), 0.1 * 2 ** min(errors, 5)))
+            stop.wait(retry_delay(errors, max(interval, 1.0)))
             continue
         if report.acted:
             log.info(report.summary())

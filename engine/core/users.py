@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from redis.exceptions import WatchError
 
 from .quota import parse_overrides
+from .text import text
 
 UPDATE_TRIES = 100
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -24,16 +25,13 @@ class User:
     tokens: int = 0
 
 
-def _digest(token: str) -> str:
+def token_digest(token: str) -> str:
+    """What Redis keeps of a token, login code or session id: its SHA-256 (hex), never the secret."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _code_shaped(code: object) -> bool:
     return isinstance(code, str) and 8 <= len(code) <= 128 and code.isascii()
-
-
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
 
 
 class Users:
@@ -45,7 +43,7 @@ class Users:
         if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise ValueError("user name must be 1-64 letters, digits or . _ @ -")
         token = "gl_" + secrets.token_urlsafe(32)
-        digest = _digest(token)
+        digest = token_digest(token)
 
         def change(record):
             record = record or {"admin": bool(admin), "created_at": time.time(), "tokens": []}
@@ -98,7 +96,7 @@ class Users:
         out = []
         for name, raw in sorted(self.redis.hgetall(self.keys.users()).items()):
             r = json.loads(raw)
-            out.append(User(_s(name), r["admin"], r["created_at"], len(r["tokens"])))
+            out.append(User(text(name), r["admin"], r["created_at"], len(r["tokens"])))
         return out
 
     def get(self, name: str) -> User | None:
@@ -115,7 +113,7 @@ class Users:
             return False
         # Every token naming them, listed on the record or not (one lost by an older, unguarded add).
         digests = set(json.loads(raw)["tokens"]) | {
-            _s(d) for d, owner in self.redis.hscan_iter(self.keys.tokens()) if _s(owner) == name}
+            text(d) for d, owner in self.redis.hscan_iter(self.keys.tokens()) if text(owner) == name}
         pipe = self.redis.pipeline(transaction=True)
         for digest in digests:
             pipe.hdel(self.keys.tokens(), digest)
@@ -131,36 +129,36 @@ class Users:
         if self.get(name) is None:
             raise ValueError(f"no user {name!r}")
         code = secrets.token_urlsafe(24)
-        self.redis.set(self.keys.login_code(_digest(code)), name, px=int(ttl * 1000))
+        self.redis.set(self.keys.login_code(token_digest(code)), name, px=int(ttl * 1000))
         return code
 
     def login_code_user(self, code: object) -> User | None:
         """The user a valid one-time code would log in (a confirmation page), without using it up."""
-        name = self.redis.get(self.keys.login_code(_digest(code))) if _code_shaped(code) else None
-        user = self.get(_s(name)) if name else None
+        name = self.redis.get(self.keys.login_code(token_digest(code))) if _code_shaped(code) else None
+        user = self.get(text(name)) if name else None
         return user if user is not None and user.tokens else None
 
     def redeem_login_code(self, code: object) -> tuple[User, str] | None:
         """(user, digest of their newest token) for a valid code, used up by this call; else None."""
         if not _code_shaped(code):
             return None
-        name = self.redis.getdel(self.keys.login_code(_digest(code)))
-        raw = self.redis.hget(self.keys.users(), _s(name)) if name else None
+        name = self.redis.getdel(self.keys.login_code(token_digest(code)))
+        raw = self.redis.hget(self.keys.users(), text(name)) if name else None
         if not raw or not json.loads(raw)["tokens"]:
             return None
-        return self.get(_s(name)), json.loads(raw)["tokens"][-1]
+        return self.get(text(name)), json.loads(raw)["tokens"][-1]
 
     def authenticate(self, token: object) -> User | None:
         """The user a token belongs to, or None (also for malformed input)."""
         if not isinstance(token, str) or not 8 <= len(token) <= 256 or not token.isascii():
             return None
-        return self.for_digest(_digest(token))
+        return self.for_digest(token_digest(token))
 
     def for_digest(self, digest: str) -> User | None:
         """The user a token digest belongs to: only while the user's record lists it."""
         name = self.redis.hget(self.keys.tokens(), digest)
-        raw = self.redis.hget(self.keys.users(), _s(name)) if name else None
+        raw = self.redis.hget(self.keys.users(), text(name)) if name else None
         if not raw:
             return None
         r = json.loads(raw)
-        return User(_s(name), r["admin"], r["created_at"], len(r["tokens"])) if digest in r["tokens"] else None
+        return User(text(name), r["admin"], r["created_at"], len(r["tokens"])) if digest in r["tokens"] else None

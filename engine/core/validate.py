@@ -7,6 +7,7 @@ import math
 from .config import ms
 
 MAX_TEXT = 1024  # owner, idempotency key, reason, message
+MAX_DURATION_DAYS = 366  # a delay, due_in, escalate_in, retry_in or park wait: at most a (leap) year
 
 
 def text(name: str, value, empty: bool = False) -> str:
@@ -19,8 +20,8 @@ def text(name: str, value, empty: bool = False) -> str:
 
 def duration_ms(name: str, seconds) -> int:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-            or not 0 <= seconds <= 366 * 86400:
-        raise ValueError(f"{name} must be a number of seconds within 0..366 days, got {seconds!r}")
+            or not 0 <= seconds <= MAX_DURATION_DAYS * 86400:
+        raise ValueError(f"{name} must be a number of seconds within 0..{MAX_DURATION_DAYS} days, got {seconds!r}")
     return ms(seconds)
 
 

@@ -14,6 +14,7 @@ from rq.serializers import JSONSerializer
 
 from ghostless.core.dispatch import register
 from ghostless.core.priority import LEVELS
+from ghostless.core.text import text
 
 log = logging.getLogger("ghostless.dispatch")
 
@@ -82,16 +83,12 @@ class RQDispatcher:
             queues = w.queue_names()
             if not any(q.startswith(prefix) for q in queues):
                 continue
-            out.append({"name": w.name, "hostname": _s(w.hostname), "pid": w.pid, "state": str(w.get_state()),
+            out.append({"name": w.name, "hostname": text(w.hostname), "pid": w.pid, "state": str(w.get_state()),
                         "queues": [q[len(prefix):] if q.startswith(prefix) else q for q in queues],
                         "current_job": w.get_current_job_id(),
                         "last_heartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
                         "started_at": w.birth_date.timestamp() if w.birth_date else None})
         return out
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else ("" if v is None else str(v))
 
 
 register("rq", RQDispatcher)  # Engine(redis) / Engine(..., dispatcher="rq") (engine/core/dispatch.py)

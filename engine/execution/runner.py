@@ -53,7 +53,7 @@ def run_task(task_id: str) -> None:
     except UnknownTaskType as e:
         log.error("refused task %s: type %r is not registered in this worker", task_id, e.name)
         return
-    except (IllegalTransition, WrongDispatch, TaskNotFound, LeaseLost) as e:
+    except (IllegalTransition, WrongDispatch, TaskNotFound) as e:  # claim.lua refuses with no lease code
         log.info("claim of %s refused (%s): nothing to do", task_id, e)
         return
     except BreakerOpen as e:

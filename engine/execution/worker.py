@@ -29,6 +29,7 @@ from ghostless.execution import runner  # noqa: F401  imported here, not in ever
 from ghostless.execution import runtime
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
 from ghostless.core.lease_calls import client_like, no_resends
+from ghostless.core.text import text_or_none
 from .outage import RidesOutRedis
 from .rq_dispatch import rq_queue_names
 
@@ -99,7 +100,7 @@ class _EngineHooks(RidesOutRedis):
 
     def _redispatch_unclaimed(self) -> None:
         row = self.engine.redis.hmget(self.engine.keys.task(self._task_id).task, "status", "dispatch_id")
-        status, dispatch_id = (v.decode() if isinstance(v, bytes) else v for v in row)
+        status, dispatch_id = (text_or_none(v) for v in row)
         if status == "QUEUED" and dispatch_id == getattr(self, "_job_id", None):
             self.engine.dispatch(self._task_id)
             log.warning("task %s: its job died before the claim; dispatched again", self._task_id)
@@ -165,8 +166,9 @@ def ride_out_redis_restarts(client, retries: int = REDIS_RETRIES) -> None:
     """Resend an engine command that met a connection error, with backoff (about 10 s in all).
 
     A work-horse's outcome report (complete, fail, release) then rides out a Redis restart or
-    failover instead of being lost; every ghostless script is idempotent to a resend
-    (DESIGN.md, invariant 5). A longer outage still raises, and the heartbeat thread abandons
+    failover instead of being lost; every ghostless script is idempotent to a resend (a repeated
+    claim, complete, fail or release answers REPLAYED: lua/claim.lua, lua/lib/lease.lua). A longer
+    outage still raises, and the heartbeat thread abandons
     the attempt. Timeouts are not resent; heartbeats go on a client of their own without
     resends (Engine.heartbeat), so a Redis that hangs reaches the heartbeat thread within the lease.
     """

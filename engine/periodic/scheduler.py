@@ -17,6 +17,7 @@ import time
 import redis as redis_lib
 from rq_scheduler import Scheduler
 
+from ghostless.core.clock import retry_delay
 from ghostless.periodic.schedules import Firing, fire_due
 
 log = logging.getLogger("ghostless.scheduler")
@@ -83,7 +84,7 @@ def run_scheduler(engine, interval: float = 1.0, burst: bool = False) -> None:
                     return
                 errors += 1
                 log.warning("scheduler: Redis unreachable (%s); retrying", e)
-                time.sleep(min(max(interval, 0.1), 0.1 * 2 ** min(errors, 5)))
+                time.sleep(retry_delay(errors, max(interval, 0.1)))
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

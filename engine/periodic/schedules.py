@@ -36,6 +36,7 @@ from datetime import datetime, timedelta, timezone
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
+from ghostless.core.clock import server_ms
 from ghostless.core.engine import EXTENSIONS
 from ghostless.core.errors import GhostlessError, IdempotencyConflict
 
@@ -125,13 +126,7 @@ def register(engine, name: str, *, cron: str, args: dict | None = None, owner: s
     return schedule
 
 
-# -- time -----------------------------------------------------------------------------------------
-def server_now_ms(client) -> int:
-    """Redis TIME in milliseconds: every period is computed from it."""
-    sec, usec = client.time()
-    return int(sec) * 1000 + int(usec) // 1000
-
-
+# -- time (every period is computed from Redis TIME: server_ms) --------------------------------------
 def _dt(ms_: int) -> datetime:
     return datetime.fromtimestamp(ms_ / 1000, tz=timezone.utc)
 
@@ -238,7 +233,7 @@ def fire(engine, name: str, now_ms: int | None = None) -> Firing:
     Raises KeyError (no such schedule), ValueError (no period has started yet).
     """
     schedule = schedules(engine)[name]
-    now_ms = server_now_ms(engine.redis) if now_ms is None else now_ms
+    now_ms = server_ms(engine.redis) if now_ms is None else now_ms
     start = schedule.period_start(now_ms)
     if start is None:
         raise ValueError(f"periodic {name!r}: no period of {schedule.cron!r} has started yet")
@@ -257,7 +252,7 @@ def fire_due(engine, now_ms: int | None = None) -> list[Firing]:
     Safe to run in any number of processes at once: the idempotency key makes the
     submits collapse into one task, and the state hash only moves forward.
     """
-    now_ms = server_now_ms(engine.redis) if now_ms is None else now_ms
+    now_ms = server_ms(engine.redis) if now_ms is None else now_ms
     out = []
     for schedule in schedules(engine).values():
         try:
@@ -298,7 +293,7 @@ def _fire_one(engine, schedule: Schedule, now_ms: int) -> Firing:
 
 def describe(engine, now_ms: int | None = None) -> list[dict]:
     """Each schedule with its current period, next period and last fired period (for the CLI)."""
-    now_ms = server_now_ms(engine.redis) if now_ms is None else now_ms
+    now_ms = server_ms(engine.redis) if now_ms is None else now_ms
     rows = []
     for s in schedules(engine).values():
         start, state = s.period_start(now_ms), _state(engine, s.name)

@@ -4,6 +4,9 @@
 --- while half-open), probe_until, and outcome buckets 'ok:<n>' / 'fail:<n>' of window/6 ms each.
 
 local BUCKETS = 6
+-- While a half-open breaker's probe runs, the other tasks are parked this long at most (ms; less
+-- when the cool-down is shorter), then look again: the probe's outcome is seen within 5 s.
+local PROBE_WAIT_MS = 5000
 
 -- Before a claim: nil when the attempt may start, else the time (ms) to park the task until.
 local function breaker_gate(B, t, now, cooldown_ms)
@@ -17,7 +20,7 @@ local function breaker_gate(B, t, now, cooldown_ms)
     redis.call('HSET', B, 'state', 'half_open', 'probe', t.id, 'probe_until', now + cooldown_ms)
     return nil
   end
-  return now + math.min(cooldown_ms, 5000)
+  return now + math.min(cooldown_ms, PROBE_WAIT_MS)
 end
 
 -- After an outcome: counts it and opens or closes the breaker. Returns the new state when it changed.

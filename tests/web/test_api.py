@@ -14,7 +14,7 @@ from ghostless.execution.rq_dispatch import RQDispatcher
 
 from ghostless import Engine, State
 from ghostless.core.app import AppError
-from ghostless.web import queries as wq
+from ghostless.core.scripts import script_shas
 from tests.support.redis_server import free_port
 from tests.support.wait import wait_for_server_time, wait_until
 from ghostless.web import create_app
@@ -303,7 +303,7 @@ def test_readyz_loads_scripts_missing_from_the_cache(client, engine):
     engine.redis.script_flush()
     first = client.get("/readyz")
     assert first.status_code == 200 and len(first.get_json()["loaded_now"]) == first.get_json()["scripts"]
-    assert all(engine.redis.script_exists(*wq.script_shas().values()))
+    assert all(engine.redis.script_exists(*script_shas().values()))
     assert client.get("/readyz").get_json()["loaded_now"] == []
 
 

@@ -1,4 +1,4 @@
-"""App-wide answers (web/__init__.py): no API or JSON answer is cached or content-sniffed."""
+"""App-wide answers (web/app.py): no API or JSON answer is cached or content-sniffed."""
 from __future__ import annotations
 
 import pytest

@@ -332,7 +332,7 @@ def test_tokens_issued_at_once_are_all_revoked_with_their_user(engine):
 
 
 def test_a_token_missing_from_its_users_record_is_refused_and_revoked_with_them(engine):
-    from ghostless.web.queries import token_digest
+    from ghostless.core.users import token_digest
 
     engine.users.add("dave")
     orphan = "gl_" + "x" * 43  # as an unguarded concurrent add could leave one

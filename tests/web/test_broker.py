@@ -65,3 +65,32 @@ def test_a_full_buffer_drops_the_subscriber_which_then_drains_and_ends():
     assert [sub.next(0)["n"], sub.next(0)["n"]] == [1, 2]
     with pytest.raises(Dropped):
         sub.next(0)
+
+
+def test_the_reader_outlives_a_long_outage_waiting_at_most_five_seconds(engine, monkeypatch):
+    """Redis away for over a thousand reads in a row (~85 minutes at 5 s each): the pause stays
+    at 5 s and the reader keeps trying (an unbounded 0.1 * 2 ** failures overflowed and killed it)."""
+    import redis
+
+    class Clock:  # the reader's stop event, waiting without time passing
+        def __init__(self, waits: int):
+            self.left, self.pauses = waits, []
+
+        def is_set(self) -> bool:
+            return self.left <= 0
+
+        def wait(self, seconds: float) -> bool:
+            self.pauses.append(seconds)
+            self.left -= 1
+            return self.is_set()
+
+    def unreachable():
+        raise redis.ConnectionError("Redis is away")
+
+    broker = Broker(engine, block_ms=50)
+    broker._stop = clock = Clock(1100)
+    monkeypatch.setattr(broker, "_read_once", unreachable)
+    monkeypatch.setattr("ghostless.web.broker.log.warning", lambda *a, **k: None)
+    broker._run()  # returns once stopped, instead of dying of an OverflowError on the way
+    assert len(clock.pauses) == 1100
+    assert clock.pauses[:3] == [0.2, 0.4, 0.8] and max(clock.pauses) == clock.pauses[-1] == 5.0

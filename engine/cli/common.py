@@ -1,0 +1,88 @@
+"""What every ``ghostless`` command shares: the --app/--redis-url/--json/--by options, loading
+the app's Engine, one-line errors with their exit codes, logging set-up, JSON output.
+
+Errors are one line on stderr, never a traceback: exit 2 for a bad argument (malformed JSON,
+unknown task type, no app), exit 1 for an unknown task, a refused transition, an unreachable
+Redis or a Redis that refused.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import contextmanager
+
+import click
+import redis
+
+from ghostless.core.app import AppError, load_app
+from ghostless.core.errors import GhostlessError, IllegalTransition, TaskNotFound
+from ghostless.core.keys import parse_task_id
+
+APP = click.option("--app", "app_spec", envvar="GHOSTLESS_APP", help="module:attribute of the Engine.")
+REDIS = click.option("--redis-url", envvar="GHOSTLESS_REDIS_URL", help="Redis URL (else the app's).")
+JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+BY = click.option("--by", default="cli", show_default=True, help="Who acts (recorded in the task's history).")
+
+
+class Failed(click.ClickException):
+    """Exit 1 with one line on stderr."""
+
+    exit_code = 1
+
+
+class BadArgument(click.ClickException):
+    """Exit 2 with one line on stderr (click.UsageError would add usage lines)."""
+
+    exit_code = 2
+
+
+@contextmanager
+def one_line_errors():
+    """Turn the engine's and Redis's exceptions into Failed / BadArgument."""
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except AppError as e:
+        raise BadArgument(str(e)) from None
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        raise Failed(f"cannot reach Redis: {e}") from None
+    except TaskNotFound as e:
+        raise Failed(str(e)) from None
+    except IllegalTransition as e:
+        raise Failed(f"refused: {e}") from None
+    except ValueError as e:  # also UnknownTaskType, malformed JSON and a malformed --redis-url
+        raise BadArgument(str(e)) from None
+    except GhostlessError as e:
+        raise Failed(str(e)) from None
+    except redis.RedisError as e:
+        raise Failed(f"Redis refused: {e}") from None
+
+
+def load_engine(app_spec, redis_url, quiet: bool = False):
+    """The app's Engine (``--app``, ``--redis-url``), its failures as one-line errors.
+
+    ``quiet``: for one-shot commands, which print only their answer: the start-up notes of the
+    server checks (persistence) belong to the long-running processes' logs and to ``ghostless check``.
+    """
+    if quiet:
+        logger = logging.getLogger("ghostless")
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+    with one_line_errors():
+        return load_app(app_spec, redis_url)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def checked_task_id(task_id: str) -> str:
+    """``task_id`` when it is shaped like one, else Failed (a task that cannot exist is not found)."""
+    if parse_task_id(task_id) is None:
+        raise Failed(f"task {task_id!r} not found (task ids look like images.0123456789abcdef0123)")
+    return task_id
+
+
+def dump(value) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
