@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .errors import Code, TaskNotFound
 from .keys import TaskKeys, parse_task_id
+from .text import text
 
 MAX_PARENTS = 32
 
@@ -45,7 +46,7 @@ def resolve(engine, task_id: str) -> str | None:
     sweeper once the delay it was submitted with has passed), 'cancelled', or None (waits on)."""
     keys = engine.keys.task(task_id)
     parents = engine.redis.hget(keys.task, "parents")
-    parents = (parents.decode() if isinstance(parents, bytes) else parents or "")
+    parents = text(parents)
     ids = [p for p in parents.split(",") if p]
     reply = engine.scripts.resolve(keys, task_id, ids, [engine.keys.task(pid) for pid in ids])
     if reply[0] != Code.OK:

@@ -36,6 +36,7 @@ from .users import Users
 from .lease_calls import LeaseCalls
 from .management import Management
 from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
+from .text import text_or_none
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -114,7 +115,7 @@ class Engine(LeaseCalls, Management):
 
     def queues(self) -> list[str]:
         """Every queue with registered types or submitted tasks."""
-        found = {q.decode() if isinstance(q, bytes) else q for q in self.redis.smembers(self.keys.queues())}
+        found = {text_or_none(q) for q in self.redis.smembers(self.keys.queues())}
         return sorted(found | set(self.registry.queues()))
 
     # -- client calls -----------------------------------------------------------------------------
@@ -211,7 +212,7 @@ class Engine(LeaseCalls, Management):
         row = self.redis.hmget(self._keys(task_id).task, "type", "priority")
         if row[0] is None:
             raise TaskNotFound(task_id)
-        type_name, priority = (v.decode() if isinstance(v, bytes) else v for v in row)
+        type_name, priority = (text_or_none(v) for v in row)
         return self.dispatch_known(task_id, self.registry.get(type_name), int(priority or 0))
 
     def dispatch_known(self, task_id: str, tt: TaskType, priority: int, seen_score: float | None = None) -> str | None:
@@ -267,7 +268,7 @@ class Engine(LeaseCalls, Management):
         if parse_task_id(task_id) is None:
             return {}
         raw = self.redis.hgetall(self.keys.task(task_id).checkpoints)
-        return {(k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()}
+        return {text_or_none(k): json.loads(v) for k, v in raw.items()}
 
     def enable_notifications(self, secret: str, **options) -> None:
         """Register webhook delivery (engine/core/notify.py): ``secret`` signs every request."""
@@ -286,7 +287,7 @@ class Engine(LeaseCalls, Management):
     def notifications(self, task_id: str) -> list[Task]:
         """The delivery tasks made for a task's notifications, oldest first (their history is the
         delivery history)."""
-        ids = [i.decode() if isinstance(i, bytes) else i
+        ids = [text_or_none(i)
                for i in self.redis.lrange(self._keys(task_id).notifications, 0, -1)]
         return [t for t in self.get_many(ids) if t is not None]
 

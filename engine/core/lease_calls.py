@@ -21,6 +21,7 @@ from .keys import parse_task_id
 from .models import Lease
 from .states import State
 from .validate import duration_ms as _duration_ms, text as _text
+from .text import text_or_none
 
 log = logging.getLogger("ghostless")
 MAX_UNREPORTED = 10_000  # lost-job reports a process keeps while Redis refuses them
@@ -80,7 +81,7 @@ class LeaseCalls:
             type_name = self.redis.hget(keys.task, "type")
             if type_name is None:
                 raise TaskNotFound(task_id)
-            tt = self.registry.get(type_name.decode() if isinstance(type_name, bytes) else type_name)
+            tt = self.registry.get(text_or_none(type_name))
             if tt.breaker:
                 breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
                 spec = tt.breaker.spec(tt.breaker_name)
@@ -144,7 +145,7 @@ class LeaseCalls:
         row = self.redis.hmget(self._keys(task_id).task, "status", "claim_id", "token", "attempt", "type",
                                "worker", "lease_ms", "max_attempts")
         status, cid, token, attempt, type_name, worker, lease_ms, max_attempts = (
-            v.decode() if isinstance(v, bytes) else v for v in row)
+            text_or_none(v) for v in row)
         if status != State.PROCESSING.value or cid != claim_id:
             return None
         return Lease(task_id=task_id, token=int(token), attempt=int(attempt), args=None, type=type_name,
@@ -232,7 +233,7 @@ class LeaseCalls:
         """Set a task whose upstream breaker is open aside: RETRY_WAITING for ``wait`` seconds (no
         attempt consumed), or FAILED when its type's breaker policy is to fail fast."""
         type_name = self.redis.hget(self._keys(task_id).task, "type")
-        tt = self.registry.get(type_name.decode() if isinstance(type_name, bytes) else type_name)
+        tt = self.registry.get(text_or_none(type_name))
         fast = tt.breaker is not None and tt.breaker.policy == "fail"
         reply = self.scripts.park(self.keys.task(task_id), task_id, _duration_ms("wait", wait), fast, upstream,
                                   uuid.uuid4().hex)

@@ -13,6 +13,7 @@ from .models import Task
 from .quota import Quota
 from .states import State
 from .validate import text as _text
+from .text import text_or_none
 
 
 class Management:
@@ -38,7 +39,7 @@ class Management:
         old_keys = self._keys(task_id)
         queue = parse_task_id(task_id)
         new_id = new_task_id(queue)
-        owner, type_name = (v.decode() if isinstance(v, bytes) else v
+        owner, type_name = (text_or_none(v)
                             for v in self.redis.hmget(old_keys.task, "owner", "type"))
         if owner is None or not (admin or owner == by):  # the script checks again, atomically
             raise TaskNotFound(task_id)

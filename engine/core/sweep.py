@@ -16,6 +16,7 @@ from .errors import Code, GhostlessError, UnknownTaskType
 from ghostless.core import dependencies as deps
 from ghostless.core import notify
 from .states import State
+from .text import text, text_or_none
 
 log = logging.getLogger("ghostless.sweeper")
 
@@ -129,7 +130,7 @@ def _purge(engine, queue: str, task_ids: list[str]) -> int:
     pipe = engine.redis.pipeline(transaction=False)
     for tid in task_ids:
         pipe.hget(engine.keys.task(tid).task, "owner")
-    owners = [o.decode() if isinstance(o, bytes) else o for o in pipe.execute()]
+    owners = [text_or_none(o) for o in pipe.execute()]
     pipe = engine.redis.pipeline(transaction=False)
     for tid, owner in zip(task_ids, owners):
         engine.scripts.purge(engine.keys.task(tid), tid, engine.keys.owner_index(queue, owner) if owner else None,
@@ -154,7 +155,7 @@ def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, co
         pipe.zscore(dispatch_set, tid)
     replies = pipe.execute()
     for tid, row, score in zip(task_ids, replies[::2], replies[1::2]):
-        status, dispatch_id, type_name, priority = (v.decode() if isinstance(v, bytes) else (v or "") for v in row)
+        status, dispatch_id, type_name, priority = (text(v) for v in row)
         if compare and score is None:
             continue  # left the dispatch set since the due read: claimed, or dispatched by another sweeper
         if status not in (State.PENDING.value, State.QUEUED.value):

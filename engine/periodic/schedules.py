@@ -39,6 +39,7 @@ from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 from ghostless.core.clock import server_ms
 from ghostless.core.engine import EXTENSIONS
 from ghostless.core.errors import GhostlessError, IdempotencyConflict
+from ghostless.core.text import text_or_none
 
 log = logging.getLogger("ghostless.scheduler")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -190,7 +191,7 @@ def _state(engine, name: str) -> tuple[int, str] | None:
     raw = engine.redis.hgetall(_state_key(engine, name))
     if not raw:
         return None
-    g = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+    g = {text_or_none(k): text_or_none(v)
          for k, v in raw.items()}
     return int(g.get("period") or 0), g.get("task", "")
 
