@@ -159,10 +159,9 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
     import asyncio
     import time
 
-    from tests.support.procs import Proc
+    from tests.support.procs import ROOT as ROOT_DIR, Proc
     from tests.support.redis_server import free_port
     from tests.support.wait import wait_until
-    from tests.support.procs import ROOT as ROOT_DIR
 
     client = server.client(decode_responses=True)
     client.flushall()

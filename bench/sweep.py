@@ -28,9 +28,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (  # noqa: E402
-    AOF_EVERYSEC, ARGS, RESULT, Engine, RoundTrips, Timer, chunks, claim_call, commands_processed, machine, median,
-    parse, persistence, pipelined_lifecycles, private_redis, reset_stats, script_stats, server_cpu, server_ms,
-    submit_call, verdict, verify_shim, wait_for_server_time,
+    AOF_EVERYSEC,
+    ARGS,
+    RESULT,
+    Engine,
+    RoundTrips,
+    Timer,
+    chunks,
+    claim_call,
+    commands_processed,
+    machine,
+    median,
+    parse,
+    persistence,
+    pipelined_lifecycles,
+    private_redis,
+    reset_stats,
+    script_stats,
+    server_cpu,
+    server_ms,
+    submit_call,
+    verdict,
+    verify_shim,
+    wait_for_server_time,
 )
 from ghostless.core.config import Config  # noqa: E402
 

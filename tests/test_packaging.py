@@ -5,8 +5,9 @@ versions are pinned in requirements-min.txt, which ``make check-min`` (part of `
 installs and tests. These tests keep the files from drifting apart.
 """
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

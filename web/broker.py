@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import redis as redis_lib
 

@@ -6,8 +6,8 @@ import logging
 import redis
 from flask import Blueprint, jsonify
 
-from ghostless.web import queries as wq
 from ghostless.core.app import AppError
+from ghostless.web import queries as wq
 
 from .deps import get_engine
 from .errors import error_response

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from ghostless.core.keys import parse_task_id
 from ghostless.core.models import Event, Task

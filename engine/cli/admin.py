@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ghostless.cli.root import APP, REDIS, user_group
 from ghostless.cli.ops import BY, JSON, BadArgument, _dump, _engine, _errors, _task_id, command
+from ghostless.cli.root import APP, REDIS, user_group
 from ghostless.core.quota import FIELDS
 
 

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 import click
 import redis
 
+from ghostless.cli.format import event_line, history_table, stats_tables, task_block, when
+from ghostless.cli.root import APP, REDIS, _logging, main
 from ghostless.core import check as check_mod
 from ghostless.core.app import AppError, load_app
-from ghostless.cli.root import APP, REDIS, _logging, main
-from ghostless.cli.format import event_line, history_table, stats_tables, task_block, when
 from ghostless.core.errors import GhostlessError, IllegalTransition, TaskNotFound
 from ghostless.core.keys import parse_task_id
 from ghostless.core.server import persistence_notes

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from ghostless.core.keys import parse_task_id
 from ghostless.web.queries import is_terminal, parse_stream_id, read_stream, server_ms, stream_event

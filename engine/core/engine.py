@@ -10,23 +10,28 @@ import json
 import os
 import random
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import redis as redis_lib
 
-from ghostless.core import check as check_mod
-from ghostless.core import dispatch as dispatch_mod
-from ghostless.core import dependencies as deps
-from ghostless.core import notify
-from ghostless.core import listing
-from ghostless.core import priority as priority_mod
-from ghostless.core import stats as stats_mod
-from ghostless.core import sweep as sweep_mod
+from ghostless.core import (
+    check as check_mod,
+    dependencies as deps,
+    dispatch as dispatch_mod,
+    listing,
+    notify,
+    priority as priority_mod,
+    stats as stats_mod,
+    sweep as sweep_mod,
+)
+
 from .config import Config, ms
 from .dispatch import Dispatcher, NullDispatcher
 from .epoch import DataEpoch
 from .errors import Code, IdempotencyConflict, IllegalTransition, TaskNotFound, refusing_full
 from .keys import Keys, new_task_id, parse_task_id
+from .lease_calls import LeaseCalls
 from .models import Event, Task
 from .quota import Quota
 from .registry import Breaker, Registry, TaskType, as_backoff
@@ -34,7 +39,6 @@ from .scripts import Scripts, refuse
 from .server import check_server
 from .states import State
 from .users import Users
-from .lease_calls import LeaseCalls
 from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -76,7 +80,7 @@ class Engine(LeaseCalls):
             check_server(redis, strict=strict)
 
     @classmethod
-    def from_url(cls, url: str | None = None, **kwargs) -> "Engine":
+    def from_url(cls, url: str | None = None, **kwargs) -> Engine:
         """An engine on the Redis at ``url``; without one, ``GHOSTLESS_REDIS_URL`` or the local default."""
         url = url or os.environ.get("GHOSTLESS_REDIS_URL") or DEFAULT_URL
         return cls(redis_lib.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), **kwargs)
@@ -84,7 +88,7 @@ class Engine(LeaseCalls):
     # -- registry ---------------------------------------------------------------------------------
     def task(self, name: str | None = None, *, queue: str = "default", timeout: float = 600.0,
              lease: float = 15.0, max_attempts: int = 3, backoff=None, stages=None,
-             permanent_errors=(), breaker: "Breaker | bool | None" = None, upstream: str = "",
+             permanent_errors=(), breaker: Breaker | bool | None = None, upstream: str = "",
              verify: Callable | None = None, internal: bool = False) -> Callable:
         """Decorator registering a task type (the allowlist of what may be submitted and run).
 
@@ -387,7 +391,7 @@ class Engine(LeaseCalls):
             pipe.hget(self.keys.queue_key(q, "control"), "draining")
         return [q for q, flag in zip(queues, pipe.execute()) if flag]
 
-    def sweep(self, batch: int = 1000) -> "sweep_mod.SweepReport":
+    def sweep(self, batch: int = 1000) -> sweep_mod.SweepReport:
         """One sweeper tick over every queue: expire, promote, re-dispatch, purge what is due."""
         return sweep_mod.sweep(self, batch)
 

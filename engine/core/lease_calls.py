@@ -15,6 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ghostless.core import breakers as breakers_mod
+
 from .config import ms
 from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisFull, TaskNotFound
 from .keys import parse_task_id

@@ -28,7 +28,7 @@ import ipaddress
 import json
 import socket
 import time
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from .errors import PermanentError

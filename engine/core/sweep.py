@@ -12,9 +12,9 @@ import random
 import threading
 from dataclasses import dataclass, field
 
+from ghostless.core import dependencies as deps, notify
+
 from .errors import Code, GhostlessError, UnknownTaskType
-from ghostless.core import dependencies as deps
-from ghostless.core import notify
 from .scripts import parse
 from .states import State
 

@@ -23,9 +23,10 @@ import time
 
 import redis
 
-from ghostless.execution import runtime
-from .context import TaskContext
 from ghostless.core.errors import AttemptEnded, LeaseLost, TaskCancelled
+from ghostless.execution import runtime
+
+from .context import TaskContext
 
 log = logging.getLogger("ghostless.heartbeat")
 POLL = 0.1  # how often the thread looks at its flags; heartbeats themselves go at lease / 3
@@ -115,7 +116,7 @@ class Heartbeat:
 class _Beater(threading.Thread):
     """A daemon thread that runs one Heartbeat after another."""
 
-    _idle: list["_Beater"] = []
+    _idle: list[_Beater] = []
     _lock = threading.Lock()
 
     def __init__(self):
@@ -129,7 +130,7 @@ class _Beater(threading.Thread):
         cls._idle, cls._lock = [], threading.Lock()
 
     @classmethod
-    def take(cls) -> "_Beater":
+    def take(cls) -> _Beater:
         with cls._lock:
             if cls._idle:
                 return cls._idle.pop()

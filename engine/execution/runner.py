@@ -16,9 +16,21 @@ import threading
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
+from ghostless.core.errors import (
+    REDIS_FAULTS,
+    BadArgs,
+    BreakerOpen,
+    IllegalTransition,
+    LeaseLost,
+    PermanentError,
+    RedisUnavailable,
+    TaskNotFound,
+    UnknownTaskType,
+    WrongDispatch,
+)
 from ghostless.execution import runtime
+
 from .context import AttemptReleased, AttemptStopped, TaskContext
-from ghostless.core.errors import REDIS_FAULTS, BadArgs, BreakerOpen, IllegalTransition, LeaseLost, PermanentError, RedisUnavailable, TaskNotFound, UnknownTaskType, WrongDispatch
 from .heartbeat import Heartbeat
 
 log = logging.getLogger("ghostless.runner")

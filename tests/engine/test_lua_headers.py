@@ -10,7 +10,7 @@ import pytest
 
 from ghostless.core.errors import Code
 from ghostless.core.scripts import LIBS, LUA_DIR, SCRIPTS, needed_libs, source
-from ghostless.core.states import State, TERMINAL, TRANSITIONS
+from ghostless.core.states import TERMINAL, TRANSITIONS, State
 
 LUA_FILES = sorted(p.stem for p in LUA_DIR.glob("*.lua"))
 NOT_TRANSITIONS = {"purge", "overdue", "due", "read"}  # they act on (or read) tasks but move none along the state machine

@@ -43,7 +43,22 @@ from hypothesis import HealthCheck, Phase, settings, strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from ghostless import TRANSITIONS, Backoff, Config, Engine, IdempotencyConflict, IllegalTransition, Lease, LeaseLost, Quota, QuotaExceeded, State, TaskCancelled, TaskNotFound, WrongDispatch
+from ghostless import (
+    TRANSITIONS,
+    Backoff,
+    Config,
+    Engine,
+    IdempotencyConflict,
+    IllegalTransition,
+    Lease,
+    LeaseLost,
+    Quota,
+    QuotaExceeded,
+    State,
+    TaskCancelled,
+    TaskNotFound,
+    WrongDispatch,
+)
 from ghostless.core.errors import AttemptEnded
 from ghostless.core.keys import new_task_id
 from tests.support.fakes import FakeDispatcher

@@ -11,7 +11,6 @@ from tests.support.snapshots import GHOST, claimed, raw_task, sibling, snapshot
 from tests.support.wait import server_ms, wait_for_server_time
 
 
-
 def wait_for_lease_deadline(engine, task_id):
     wait_for_server_time(engine.redis, engine.get(task_id).lease_deadline * 1000)
 

@@ -91,7 +91,7 @@ def children(pid: int) -> list[int]:
     return [p for p, _, ppid, _ in _processes() if ppid == pid]
 
 
-def orphans(proc: "Proc") -> list[int]:
+def orphans(proc: Proc) -> list[int]:
     """Live processes of ``proc``'s session (its work-horses included) whose parent is no longer
     ``proc``: work-horses left behind by a worker."""
     return [p for p, state, ppid, sid in _processes()

@@ -93,8 +93,9 @@ def test_commands_without_an_app_fail_in_one_line(monkeypatch):
 
 def test_web_without_gunicorn_serves_with_flasks_threaded_server_and_warns(cli, monkeypatch, caplog):
     run, engine = cli
-    import ghostless.web.serve
     from flask import Flask
+
+    import ghostless.web.serve
 
     calls = []
     monkeypatch.setattr(ghostless.web.serve, "gunicorn_available", lambda: False)

@@ -238,8 +238,8 @@ def test_no_page_shows_a_bidi_control_character_from_a_tasks_text(client, engine
 
 
 def test_the_pages_script_strips_the_same_bidi_controls_as_the_templates():
-    from tests.support.procs import ROOT
     from ghostless.web.friendly import BIDI_CONTROLS
+    from tests.support.procs import ROOT
 
     script = (ROOT / "web" / "static" / "app.js").read_text()
     pattern = re.search(r"const BIDI = /(\[[^\]]+\])/g;", script).group(1)  # same syntax in Python's re

@@ -82,7 +82,7 @@ def first_answers(socks: list[socket.socket], timeout: float = 4.0) -> list[byte
     """What the server sent first on each socket, read side by side until a common deadline: a
     status line and, for a stream, up to its first ``retry:`` line (a refused stream ends there;
     an open one goes on; a long-poll held open has sent nothing)."""
-    data = {sock: b"" for sock in socks}
+    data = dict.fromkeys(socks, b"")
 
     def complete(d: bytes) -> bool:
         return b"retry: " in d or (d.startswith(b"HTTP/1.1 4") and b"\r\n\r\n" in d)
@@ -206,9 +206,9 @@ def test_login_codes_never_reach_the_access_log(start_web, server):
 
 
 def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
-    import fakeredis
     import threading
 
+    import fakeredis
     from flask import Flask
     from werkzeug.serving import make_server
 
