@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import (  # noqa: E402
+from bench._common import (
     AOF_EVERYSEC,
     ARGS,
     RESULT,
@@ -50,7 +50,7 @@ from bench._common import (  # noqa: E402
     verdict,
     verify_shim,
 )
-from ghostless.core.scripts import source  # noqa: E402
+from ghostless.core.scripts import source
 
 ROUNDS = 7
 BATCH = 100

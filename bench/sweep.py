@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import (  # noqa: E402
+from bench._common import (
     AOF_EVERYSEC,
     ARGS,
     RESULT,
@@ -52,7 +52,7 @@ from bench._common import (  # noqa: E402
     verify_shim,
     wait_for_server_time,
 )
-from ghostless.core.config import Config  # noqa: E402
+from ghostless.core.config import Config
 
 BIG = 1_000_000
 BIG_SPLIT = {"PENDING": 800_000, "PROCESSING": 100_000, "SUCCESS": 100_000}

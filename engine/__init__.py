@@ -27,8 +27,8 @@ from ghostless.core.states import TERMINAL, TRANSITIONS, State
 # isort: split
 # The layers above the core supply what it names but does not import: the "rq" dispatcher that
 # Engine(redis) defaults to, and engine.periodic(...). Importing any ghostless module runs this first.
-import ghostless.execution.rq_dispatch  # noqa: E402,F401
-import ghostless.periodic.schedules  # noqa: E402,F401
+import ghostless.execution.rq_dispatch
+import ghostless.periodic.schedules  # noqa: F401
 
 __all__ = [
     "TERMINAL",

@@ -63,8 +63,9 @@ def test_each_service_runs_a_ghostless_command_with_options_it_accepts(name):
 def test_the_default_app_exists_and_registers_a_periodic_task_for_the_scheduler():
     default = re.search(r":-([\w.]+):(\w+)\}", SERVICES["worker"]["environment"]["GHOSTLESS_APP"])
     module = default.group(1)
-    assert (ROOT / (module.replace("ghostless.", "engine.", 1).replace(".", "/") + ".py")).exists()
-    assert "engine.periodic(" in (ROOT / (module.replace("ghostless.", "engine.", 1).replace(".", "/") + ".py")).read_text()
+    source = ROOT / (module.replace("ghostless.", "engine.", 1).replace(".", "/") + ".py")
+    assert source.exists()
+    assert "engine.periodic(" in source.read_text()
 
 
 def test_workers_can_be_scaled_and_stop_gracefully():

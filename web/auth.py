@@ -63,7 +63,9 @@ def _session_user() -> User | None:
     """The cookie session's user, while the session is live in Redis (not logged out, not expired)."""
     key, digest = _session_key(session.get("sid")), session.get("digest")
     stored = get_engine().redis.get(key) if key else None
-    if stored is None or not isinstance(digest, str) or (stored.decode() if isinstance(stored, bytes) else stored) != digest:
+    if isinstance(stored, bytes):
+        stored = stored.decode()
+    if stored is None or not isinstance(digest, str) or stored != digest:
         return None
     return user_for_digest(get_engine(), digest)
 

@@ -149,7 +149,7 @@ class Broker:
                 failures += 1
                 log.warning("event stream read failed (%s); retrying", e)
                 self._stop.wait(min(0.1 * 2 ** failures, 5.0))
-            except Exception:  # noqa: BLE001 - the one reader must outlive a bad event
+            except Exception:  # the one reader must outlive a bad event
                 log.exception("event stream reader error")
                 self._stop.wait(1.0)
 
@@ -177,7 +177,7 @@ class Broker:
         for sub in subs:
             try:
                 wanted = sub.accepts(event)
-            except Exception:  # noqa: BLE001 - one bad filter must not starve the others
+            except Exception:  # one bad filter must not starve the others
                 log.exception("subscriber filter failed")
                 wanted = False
             if wanted and not sub.offer(event):

@@ -104,5 +104,5 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def unexpected(e: Exception):
-        log.exception("unexpected error")
+        log.exception("unexpected error")  # noqa: LOG004 - Flask calls error handlers inside its except
         return error_response(500, "internal_error", "internal error (logged)")

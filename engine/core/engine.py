@@ -199,9 +199,8 @@ class Engine(LeaseCalls):
             return self._require(task_id)
         if reply[3] == "waiting":
             return task
-        if delay_ms == 0 and self.dispatcher.active:
-            if self.dispatch_known(task_id, tt, priority):
-                task.status, task.version = State.QUEUED, 2
+        if delay_ms == 0 and self.dispatcher.active and self.dispatch_known(task_id, tt, priority):
+            task.status, task.version = State.QUEUED, 2
         return task
 
     def dispatch(self, task_id: str) -> str | None:

@@ -91,7 +91,8 @@ class Task:
             supersedes=g.get("supersedes", ""), superseded_by=g.get("superseded_by", ""),
             version=_i(g.get("version")), priority=_i(g.get("priority")),
             idempotency_key=g.get("idempotency_key", ""), token=_i(g.get("token")), lease_deadline=lease,
-            parents=[p for p in g.get("parents", "").split(",") if p], notify_url=g.get("notify_url", ""), waiting=g.get("waiting_on") == "1",
+            parents=[p for p in g.get("parents", "").split(",") if p], notify_url=g.get("notify_url", ""),
+            waiting=g.get("waiting_on") == "1",
             queued_at=_t(g.get("queued_at")), due_at=_t(g.get("due_at")), escalate_at=_t(g.get("escalate_at")),
             overdue_at=_t(g.get("overdue_at")), escalated_at=_t(g.get("escalated_at")),
         )

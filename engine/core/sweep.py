@@ -46,8 +46,9 @@ class SweepReport:
                     or self.escalated or self.resolved or self.notified)
 
     def summary(self) -> str:
-        parts = [f"{n}={getattr(self, n)}" for n in ("expired", "timed_out", "promoted", "dispatched", "purged", "resolved",
-                                                      "overdue", "escalated", "notified")
+        parts = [f"{n}={getattr(self, n)}"
+                 for n in ("expired", "timed_out", "promoted", "dispatched", "purged", "resolved", "overdue",
+                           "escalated", "notified")
                  if getattr(self, n)]
         if self.reasons:
             parts.append("reasons=" + ",".join(f"{k}:{v}" for k, v in sorted(self.reasons.items())))

@@ -580,9 +580,9 @@ def _check_executions(tid: str, h: dict, result, lines: list[tuple], report: Rep
     report.duplicate_executions += sum(n - 1 for n in starts.values() if n > 1)
     done_tokens = {tok for ev, tok, *_ in lines if ev == "done"}
     accepted = int(h["ended_token"]) if h.get("status") == "SUCCESS" and h.get("ended_token") else None
-    if h.get("status") == "SUCCESS":
-        if accepted not in done_tokens or not result or result.get("token") != accepted:
-            report.phantom_successes.append(tid)
+    if h.get("status") == "SUCCESS" and (accepted not in done_tokens or not result
+                                         or result.get("token") != accepted):
+        report.phantom_successes.append(tid)
     report.completions_refused += len(done_tokens - ({accepted} if accepted is not None else set()))
     # zombie: a line of token t written after a token > t had started
     newest = 0

@@ -52,7 +52,8 @@ def test_dispatch_with_the_current_dispatch_id_is_replayed_and_only_rearms_the_j
         dispatching, executor):
     task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice")
     before = snapshot(dispatching, task.id)
-    reply = dispatching.scripts.call("dispatch", [*dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control")],
+    control = dispatching.keys.queue_key("images", "control")
+    reply = dispatching.scripts.call("dispatch", [*dispatching.keys.task(task.id), control],
                                      [executor.dispatches(task.id)[0], 300_000])
     assert reply == [Code.REPLAYED, 2]
     after = snapshot(dispatching, task.id)
@@ -64,7 +65,8 @@ def test_dispatch_with_the_current_dispatch_id_is_replayed_and_only_rearms_the_j
 def test_dispatch_of_a_task_that_does_not_exist_is_task_not_found(dispatching):
     ghost = "images.0123456789abcdef0123"
     with pytest.raises(TaskNotFound):
-        dispatching.scripts.dispatch(dispatching.keys.task(ghost), dispatching.keys.queue_key("images", "control"), ghost, "d-1", 1000)
+        dispatching.scripts.dispatch(dispatching.keys.task(ghost), dispatching.keys.queue_key("images", "control"),
+                                     ghost, "d-1", 1000)
     with pytest.raises(TaskNotFound):
         dispatching.dispatch(ghost)
     assert dispatching.redis.keys(f"*{ghost}*") == []
@@ -78,6 +80,7 @@ def test_dispatch_of_a_task_not_pending_or_queued_is_an_illegal_transition(dispa
         dispatching.complete(lease, {})
     before = snapshot(dispatching, task.id)
     with pytest.raises(IllegalTransition) as err:
-        dispatching.scripts.dispatch(dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control"), task.id, "d-late", 1000)
+        dispatching.scripts.dispatch(dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control"),
+                                     task.id, "d-late", 1000)
     assert (err.value.state, err.value.verb) == (state, "dispatch")
     assert snapshot(dispatching, task.id) == before

@@ -24,7 +24,8 @@ class Proc:
     """A child process whose output goes to a temp file (read it with .output())."""
 
     def __init__(self, args: list[str], env: dict):
-        self.log = tempfile.NamedTemporaryFile(prefix="ghostless-proc-", suffix=".log", delete=False)
+        # the child's output, read by .output() for as long as the Proc lives (no with: it outlives __init__)
+        self.log = tempfile.NamedTemporaryFile(prefix="ghostless-proc-", suffix=".log", delete=False)  # noqa: SIM115
         self.args = args
         self.popen = subprocess.Popen(args, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                       start_new_session=True)

@@ -227,7 +227,8 @@ def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
     monkeypatch.setattr(Flask, "run", run)
     caplog.set_level("INFO", logger="werkzeug")
     port = free_port()
-    serving = threading.Thread(target=ghostless.web.serve.serve, args=(engine, None, "127.0.0.1", port, 1, 4), daemon=True)
+    serving = threading.Thread(target=ghostless.web.serve.serve, args=(engine, None, "127.0.0.1", port, 1, 4),
+                               daemon=True)
     serving.start()
     try:
         wait_until(lambda: servers, timeout=10, what="the development server")
