@@ -312,8 +312,7 @@ class TaskMachine(RuleBasedStateMachine):
     def _submit(self, type_, owner, args, key, priority) -> None:
         queue = TYPES[type_]["queue"]
         known = self.idem.get((queue, owner, key)) if key is not None else None
-        call = lambda: self.engine.submit(type_, args, owner=owner, idempotency_key=key,  # noqa: E731
-                                          priority=priority)
+        call = lambda: self.engine.submit(type_, args, owner=owner, idempotency_key=key, priority=priority)  # noqa: E731
         if known is None:
             task = call()
             assert (task.owner, task.type, task.args, task.priority) == (owner, type_, args, priority)
