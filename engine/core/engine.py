@@ -181,7 +181,7 @@ class Engine(LeaseCalls):
             *parent_ids])
         code, found_id = reply[0], reply[1]
         if code == Code.IDEMPOTENCY_CONFLICT:
-            raise IdempotencyConflict(idempotency_key, found_id)
+            raise IdempotencyConflict(idempotency_key or "", found_id)
         if code == Code.REPLAYED:
             task = self._require(found_id)
             task.replayed = True
@@ -293,6 +293,7 @@ class Engine(LeaseCalls):
         by = _text("by", by)
         old_keys = self._keys(task_id)
         queue = parse_task_id(task_id)
+        assert queue is not None  # _keys refused a task id that names no queue
         new_id = new_task_id(queue)
         owner, type_name = (v.decode() if isinstance(v, bytes) else v
                             for v in self.redis.hmget(old_keys.task, "owner", "type"))
@@ -354,10 +355,10 @@ class Engine(LeaseCalls):
         reply = refuse(self.scripts.call("expire", self._keys(task_id), [random.random(), _text("by", by)]),
                        "expire", task_id)
         if reply[0] == Code.NOT_DUE:
-            raise IllegalTransition(task_id, self.get(task_id).status.value, "reclaim")
+            raise IllegalTransition(task_id, self._require(task_id).status.value, "reclaim")
         if reply[1] == State.PENDING.value and self.dispatcher.active:  # promoted in the same call
             self.dispatch(task_id)
-        return self.get(task_id).status
+        return self._require(task_id).status
 
     def retry_failed(self, type: str, *, by: str, queue: str | None = None) -> int:
         """Admin: manual ``retry`` of every FAILED task of a type. Returns how many were reopened."""
