@@ -11,7 +11,7 @@ MIN_TESTS := tests/engine/test_submit.py tests/engine/test_claim.py tests/engine
 	tests/worker/test_redis_outage.py tests/worker/test_cut_off.py tests/worker/test_redis_restart.py \
 	tests/web/test_api.py tests/web/test_sse.py tests/cli/test_submit.py tests/test_demo.py
 
-.PHONY: test demo bench chaos check-min clean
+.PHONY: test lint fmt demo bench chaos check-min clean
 
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,12 +20,25 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
-# The layer contracts (pyproject.toml [tool.importlinter]), the whole suite on the pinned versions,
-# then the lowest supported ones (check-min).
-test: $(STAMP)
-	LINT_IMPORTS=$(BIN)/lint-imports .ci/lint-imports
+# The static checks (lint), the whole suite on the pinned versions, then the lowest supported ones
+# (check-min).
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory check-min
+
+# The layer contracts ([tool.importlinter]), ruff's lint and format ([tool.ruff]), mypy over the core
+# ([tool.mypy]); all configured in pyproject.toml, a few seconds in all.
+lint: $(STAMP)
+	LINT_IMPORTS=$(BIN)/lint-imports .ci/lint-imports
+	$(BIN)/ruff check .
+	MYPY=$(BIN)/mypy .ci/mypy
+	$(BIN)/ruff format --check --output-format concise .
+
+# Rewrite the code in the house style: ruff format, then the lint fixes ruff makes safely (imports
+# sorted, ...); what it cannot fix it lists.
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 $(MIN_STAMP): requirements-min.txt requirements-test.txt pyproject.toml
 	test -x $(MIN_VENV)/bin/python || $(PY) -m venv $(MIN_VENV)

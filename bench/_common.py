@@ -45,8 +45,8 @@ SCRIPT_COMMANDS = ("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_r
 # -- machine and server -----------------------------------------------------------------------------
 def machine() -> str:
     cpu = platform.processor() or ""
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo"):
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        for line in info:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break

@@ -27,12 +27,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import (  # noqa: E402
-    AOF_EVERYSEC, ARGS, RESULT, Engine, Timer, claim_call, complete_call, inner_stats, lease_of, machine, median,
-    parse, persistence, pipelined_lifecycles, private_redis, reset_stats, script_stats, server_cpu, submit_call,
-    verdict, verify_shim,
+from bench._common import (
+    AOF_EVERYSEC,
+    ARGS,
+    RESULT,
+    Engine,
+    Timer,
+    claim_call,
+    complete_call,
+    inner_stats,
+    lease_of,
+    machine,
+    median,
+    parse,
+    persistence,
+    pipelined_lifecycles,
+    private_redis,
+    reset_stats,
+    script_stats,
+    server_cpu,
+    submit_call,
+    verdict,
+    verify_shim,
 )
-from ghostless.core.scripts import source  # noqa: E402
+from ghostless.core.scripts import source
 
 ROUNDS = 7
 BATCH = 100

@@ -11,11 +11,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis  # noqa: E402
-from rq import SimpleWorker, Worker  # noqa: E402
-from rq.serializers import JSONSerializer  # noqa: E402
+import redis
+from rq import SimpleWorker, Worker
+from rq.serializers import JSONSerializer
 
-import bench.plain_jobs  # noqa: E402,F401  (imported once in the parent, as ghostless imports its app)
+import bench.plain_jobs  # noqa: F401  (imported once in the parent, as ghostless imports its app)
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import ROOT, machine  # noqa: E402
+from bench._common import ROOT, machine
 
 BENCHES = [  # (script, what it measures)
     ("core.py", "full lifecycles vs a trivial EVALSHA; server CPU per lifecycle"),

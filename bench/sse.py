@@ -101,7 +101,7 @@ def redis_connections(client, pid: int) -> tuple[int, int]:
 
 def percentile(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))] if values else float("nan")
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))] if values else float("nan")
 
 
 # -- clients ------------------------------------------------------------------------------------------
@@ -159,10 +159,9 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
     import asyncio
     import time
 
-    from tests.support.procs import Proc
+    from tests.support.procs import ROOT as ROOT_DIR, Proc
     from tests.support.redis_server import free_port
     from tests.support.wait import wait_until
-    from tests.support.procs import ROOT as ROOT_DIR
 
     client = server.client(decode_responses=True)
     client.flushall()
@@ -170,8 +169,8 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
     producer = engine()
     token = producer.users.add("bench", admin=True)
     port = free_port()
-    env = {**os.environ, "GHOSTLESS_REDIS_URL": server.url, "GHOSTLESS_SECRET_KEY": "bench", "PYTHONPATH": str(ROOT_DIR),
-           "GHOSTLESS_APP": "bench.sse:engine",
+    env = {**os.environ, "GHOSTLESS_REDIS_URL": server.url, "GHOSTLESS_SECRET_KEY": "bench",
+           "PYTHONPATH": str(ROOT_DIR), "GHOSTLESS_APP": "bench.sse:engine",
            # every subscriber is one user here: lift the per-user and per-process caps on streams
            "GHOSTLESS_STREAMS_PER_USER": str(n), "GHOSTLESS_HELD_MAX": str(n + 8)}
     py = sys.executable
@@ -188,7 +187,8 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
     try:
         booted = re.compile(r"Booting worker with pid: (\d+)")
         worker = int(wait_until(lambda: booted.search(proc.output()), timeout=30, what="a gunicorn worker").group(1))
-        path, headers = ("/stream", {}) if kind == "flask-sse" else ("/api/events", {"Authorization": f"Bearer {token}"})
+        path, headers = (("/stream", {}) if kind == "flask-sse"
+                         else ("/api/events", {"Authorization": f"Bearer {token}"}))
         lease = producer.claim(producer.submit("tick", {}, owner="bench").id, "bench")
 
         def emit(seq: int) -> float:
@@ -280,7 +280,7 @@ def main(argv=None) -> int:
     ap.add_argument("--events", type=int, default=100, help="events per level (at --rate per second)")
     ap.add_argument("--rate", type=float, default=10.0)
     opts = ap.parse_args(argv)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 1,000 sockets here and in the server
     print(machine())
     print(f"{opts.events} events at {opts.rate:g}/s per level, every event to every subscriber\n")
@@ -295,7 +295,8 @@ def main(argv=None) -> int:
                 rows.append(r)
                 print(f"{r['server']:<18} {n:>5} {r['delivered']:>7}/{r['expected']:<7} {r['p50_ms']:>8.1f} "
                       f"{r['p99_ms']:>8.1f} {r['max_ms']:>8.1f} {r['kib_per_idle_sub']:>12.1f} "
-                      f"{r['rss0_mib']:>5.1f}->{r['rss_mib']:<6.1f} {r['redis_conns']:>5} ({r['redis_blocked']} blocked)",
+                      f"{r['rss0_mib']:>5.1f}->{r['rss_mib']:<6.1f} {r['redis_conns']:>5} "
+                      f"({r['redis_blocked']} blocked)",
                       flush=True)
     print("\ntargets at 1,000 subscribers: p99 <= 100 ms, <= 32 KiB per idle subscriber, one Redis "
           "connection reading events per web process")

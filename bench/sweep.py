@@ -27,12 +27,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import (  # noqa: E402
-    AOF_EVERYSEC, ARGS, RESULT, Engine, RoundTrips, Timer, chunks, claim_call, commands_processed, machine, median,
-    parse, persistence, pipelined_lifecycles, private_redis, reset_stats, script_stats, server_cpu, server_ms,
-    submit_call, verdict, verify_shim, wait_for_server_time,
+from bench._common import (
+    AOF_EVERYSEC,
+    ARGS,
+    RESULT,
+    Engine,
+    RoundTrips,
+    Timer,
+    chunks,
+    claim_call,
+    commands_processed,
+    machine,
+    median,
+    parse,
+    persistence,
+    pipelined_lifecycles,
+    private_redis,
+    reset_stats,
+    script_stats,
+    server_cpu,
+    server_ms,
+    submit_call,
+    verdict,
+    verify_shim,
+    wait_for_server_time,
 )
-from ghostless.core.config import Config  # noqa: E402
+from ghostless.core.config import Config
 
 BIG = 1_000_000
 BIG_SPLIT = {"PENDING": 800_000, "PROCESSING": 100_000, "SUCCESS": 100_000}

@@ -112,9 +112,9 @@ class Side:
                 p = Proc(args, self.env)
             else:
                 env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+                resolved = ["--resolve-driver-info"] if self.kind == "plain+resolved" else []
                 p = Proc([sys.executable, "bench/plain_worker.py", self.url, self.queue, "--class", worker_class,
-                          "--log-level", "WARNING", *(["--resolve-driver-info"] if self.kind == "plain+resolved" else [])],
-                         env)
+                          "--log-level", "WARNING", *resolved], env)
                 name = None
             self.workers.append(p)
             names.append(name)
@@ -316,7 +316,7 @@ def profile(engine, r, n: int, with_cprofile: bool) -> dict:
 
     from ghostless.execution.worker import build_worker
 
-    for name, script in engine.scripts._scripts.items():  # noqa: SLF001 (naming EVALSHA calls)
+    for name, script in engine.scripts._scripts.items():  # a private map: it names the EVALSHA calls
         _SHA_NAMES[script.sha] = name
     out = {}
     for kind in ("ghostless", "plain", "ghostless", "plain"):  # the second pass is the one kept (warm)
@@ -409,7 +409,7 @@ def main() -> int:
             print(f"    {k:17s} CPU per job: workers {w:.2f} ms, redis-server {rs:.2f} ms; Redis commands "
                   f"per job (server side, the bench's ZCARD polling left out) {sum(v for _, v in top):.1f}: "
                   + ", ".join(f"{c} {v:.1f}" for c, v in top[:14]))
-    print(f"ghostless task counts after the runs: {dict((k, v) for k, v in counts.items() if v)}")
+    print(f"ghostless task counts after the runs: { {k: v for k, v in counts.items() if v} }")
     if prof:
         print()
         print(f"== worker side, in-process SimpleWorker (burst), {a.profile_jobs} no-op jobs ==")

@@ -2,21 +2,61 @@
 from ghostless.core.config import Config
 from ghostless.core.engine import Engine
 from ghostless.core.errors import (
-    BadArgs, BreakerOpen, Code, GhostlessError, IdempotencyConflict, IllegalTransition, LeaseLost, PermanentError,
-    QuotaExceeded, RedisFull, RedisSetupError, TaskCancelled, TaskNotFound, UnknownParent, UnknownTaskType, WrongDispatch,
+    BadArgs,
+    BreakerOpen,
+    Code,
+    GhostlessError,
+    IdempotencyConflict,
+    IllegalTransition,
+    LeaseLost,
+    PermanentError,
+    QuotaExceeded,
+    RedisFull,
+    RedisSetupError,
+    TaskCancelled,
+    TaskNotFound,
+    UnknownParent,
+    UnknownTaskType,
+    WrongDispatch,
 )
-from ghostless.core.quota import Quota
 from ghostless.core.models import Event, Lease, Task
+from ghostless.core.quota import Quota
 from ghostless.core.registry import Backoff, Breaker, TaskType
-from ghostless.core.states import State, TERMINAL, TRANSITIONS
+from ghostless.core.states import TERMINAL, TRANSITIONS, State
 
+# isort: split
 # The layers above the core supply what it names but does not import: the "rq" dispatcher that
 # Engine(redis) defaults to, and engine.periodic(...). Importing any ghostless module runs this first.
-import ghostless.execution.rq_dispatch  # noqa: E402,F401
-import ghostless.periodic.schedules  # noqa: E402,F401
+import ghostless.execution.rq_dispatch
+import ghostless.periodic.schedules  # noqa: F401
 
 __all__ = [
-    "BadArgs", "Backoff", "Breaker", "BreakerOpen", "Code", "Config", "Engine", "Event", "GhostlessError", "IdempotencyConflict", "IllegalTransition",
-    "Lease", "LeaseLost", "PermanentError", "Quota", "QuotaExceeded", "RedisFull", "RedisSetupError", "State", "TERMINAL", "TRANSITIONS", "Task",
-    "TaskCancelled", "TaskNotFound", "TaskType", "UnknownParent", "UnknownTaskType", "WrongDispatch",
+    "TERMINAL",
+    "TRANSITIONS",
+    "Backoff",
+    "BadArgs",
+    "Breaker",
+    "BreakerOpen",
+    "Code",
+    "Config",
+    "Engine",
+    "Event",
+    "GhostlessError",
+    "IdempotencyConflict",
+    "IllegalTransition",
+    "Lease",
+    "LeaseLost",
+    "PermanentError",
+    "Quota",
+    "QuotaExceeded",
+    "RedisFull",
+    "RedisSetupError",
+    "State",
+    "Task",
+    "TaskCancelled",
+    "TaskNotFound",
+    "TaskType",
+    "UnknownParent",
+    "UnknownTaskType",
+    "WrongDispatch",
 ]

@@ -4,9 +4,12 @@ rq 2.0-2.7 fail at import under ghostless, so a declared ``rq>=2.0`` was untrue;
 versions are pinned in requirements-min.txt, which ``make check-min`` (part of ``make test``)
 installs and tests. These tests keep the files from drifting apart.
 """
+import os
 import re
 import tomllib
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -71,3 +74,17 @@ def _release(version: str) -> tuple[int, ...]:
     while len(parts) > 1 and parts[-1] == 0:
         parts.pop()
     return tuple(parts)
+
+
+def test_the_pre_commit_hooks_run_what_make_lint_runs_with_the_pinned_tools():
+    hooks = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"]
+    entries = [hook["entry"] for hook in hooks]
+    makefile = (ROOT / "Makefile").read_text()
+    lint = makefile[makefile.index("\nlint:"):].split("\n\n")[0]
+    for check in ("ruff check", "ruff format", ".ci/mypy", ".ci/lint-imports"):
+        assert any(check in entry for entry in entries) and check in lint, check
+    pinned = _pins("requirements-test.txt")
+    for tool in re.findall(r"\.venv/bin/([\w-]+)", " ".join(entries)):
+        assert {"lint-imports": "import-linter"}.get(tool, tool) in pinned, tool
+    for script in re.findall(r"\.ci/[\w-]+", " ".join(entries)):
+        assert os.access(ROOT / script, os.X_OK), script

@@ -1,5 +1,6 @@
 """What pip installs adds one import name, ghostless, and runs beside packages named web and engine."""
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -12,8 +13,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(ROOT),
+    """The wheel of a copy of what it is built from: built in the checkout, setuptools reuses its
+    build/ folder, where a file since deleted (or a package-data file no longer declared) still is."""
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    for folder in ("engine", "web", "lua"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(src),
                     "-w", str(out)], check=True, cwd=out)
     return next(out.glob("ghostless-*.whl"))
 
@@ -25,6 +32,12 @@ def test_the_wheel_installs_exactly_one_import_name(wheel):
     files = zipfile.ZipFile(wheel).namelist()
     assert "ghostless/lua/claim.lua" in files and "ghostless/lua/lib/time.lua" in files
     assert any(n.startswith("ghostless/web/templates/") for n in files)
+
+
+@pytest.mark.slow
+def test_the_wheel_says_the_package_is_typed(wheel):
+    """PEP 561: without ghostless/py.typed a user's mypy treats every ghostless name as Any."""
+    assert "ghostless/py.typed" in zipfile.ZipFile(wheel).namelist()
 
 
 @pytest.mark.slow

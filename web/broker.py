@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import redis as redis_lib
 
@@ -151,7 +151,7 @@ class Broker:
                 failures += 1
                 log.warning("event stream read failed (%s); retrying", e)
                 self._stop.wait(retry_delay(failures, 5.0, doublings=6))
-            except Exception:  # noqa: BLE001 - the one reader must outlive a bad event
+            except Exception:  # the one reader must outlive a bad event
                 log.exception("event stream reader error")
                 self._stop.wait(1.0)
 
@@ -179,7 +179,7 @@ class Broker:
         for sub in subs:
             try:
                 wanted = sub.accepts(event)
-            except Exception:  # noqa: BLE001 - one bad filter must not starve the others
+            except Exception:  # one bad filter must not starve the others
                 log.exception("subscriber filter failed")
                 wanted = False
             if wanted and not sub.offer(event):

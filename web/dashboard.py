@@ -2,8 +2,8 @@
 
 The owner-independent part (counts, throughput, workers, breakers, draining queues) is
 cached per app for ``GHOSTLESS_DASHBOARD_CACHE`` seconds (default 1), so many open
-dashboards refreshing on every event cost one read of it per second. Stuck tasks and recent events are per caller: a user
-sees only their own tasks (aggregate counts name no task); an admin sees all.
+dashboards refreshing on every event cost one read of it per second. Stuck tasks and recent
+events are per caller: a user sees only their own tasks (aggregate counts name no task); an admin sees all.
 """
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from ghostless.core.clock import server_ms
 from ghostless.core.states import State
 from ghostless.core.streams import parse_stream_id, stream_event
 
-from . import charts
-from . import queries as wq
+from . import charts, queries as wq
 from .friendly import duration
 
 STATES = [s.value for s in State]

@@ -11,8 +11,8 @@ import threading
 
 from flask import Flask, current_app
 
-from ghostless.core.engine import Engine
 from ghostless.core.app import load_app
+from ghostless.core.engine import Engine
 
 from .broker import Broker
 

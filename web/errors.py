@@ -15,7 +15,15 @@ import redis
 from flask import Flask, jsonify
 from werkzeug.exceptions import HTTPException
 
-from ghostless.core.errors import BadArgs, IdempotencyConflict, IllegalTransition, QuotaExceeded, RedisFull, TaskNotFound, UnknownTaskType
+from ghostless.core.errors import (
+    BadArgs,
+    IdempotencyConflict,
+    IllegalTransition,
+    QuotaExceeded,
+    RedisFull,
+    TaskNotFound,
+    UnknownTaskType,
+)
 
 log = logging.getLogger("ghostless.web")
 QUOTA_RETRY_AFTER = 10  # s: Retry-After of a quota that waits for tasks to end, not for time
@@ -96,5 +104,5 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def unexpected(e: Exception):
-        log.exception("unexpected error")
+        log.exception("unexpected error")  # noqa: LOG004 - Flask calls error handlers inside its except
         return error_response(500, "internal_error", "internal error (logged)")

@@ -28,7 +28,7 @@ class Positions:
         self.queues = dict(queues or {})
 
     @classmethod
-    def parse(cls, text: object) -> "Positions | None":
+    def parse(cls, text: object) -> Positions | None:
         """The positions an SSE id names, or None when it is not one of ours."""
         if not isinstance(text, str) or not text or len(text) > 100_000:
             return None

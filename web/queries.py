@@ -8,14 +8,20 @@ from __future__ import annotations
 import logging
 import re
 
-from ghostless.core.clock import server_ms  # noqa: F401
+from ghostless.core.clock import server_ms
 from ghostless.core.keys import parse_task_id
 from ghostless.core.models import Event, Task
 from ghostless.core.states import State
+
 # The stream readers and server_ms live in the core (``ghostless tail`` uses them too); web/sse.py
 # reaches them through this module.
 from ghostless.core.streams import (  # noqa: F401
-    MAX_SEQ, TERMINAL_VALUES, is_terminal, parse_stream_id, read_stream, stream_may_be_trimmed,
+    MAX_SEQ,
+    TERMINAL_VALUES,
+    is_terminal,
+    parse_stream_id,
+    read_stream,
+    stream_may_be_trimmed,
 )
 from ghostless.core.text import text
 

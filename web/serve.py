@@ -62,8 +62,8 @@ def serve(engine, app_spec: str | None, host: str, port: int, workers: int, thre
         return
     log.warning("gunicorn is not installed: serving with Flask's development server (one process, "
                 "threaded); pip install gunicorn for production")
-    from .app import create_app
     from .accesslog import RedactLoginCodes
+    from .app import create_app
 
     werkzeug_log = logging.getLogger("werkzeug")
     if not any(isinstance(f, RedactLoginCodes) for f in werkzeug_log.filters):

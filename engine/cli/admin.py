@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 
 from ghostless.cli.common import (
-    APP, BY, JSON, REDIS, BadArgument, checked_task_id, dump, load_engine, one_line_errors,
+    APP,
+    BY,
+    JSON,
+    REDIS,
+    BadArgument,
+    checked_task_id,
+    dump,
+    load_engine,
+    one_line_errors,
 )
 from ghostless.cli.root import command, user_group
 from ghostless.core.quota import FIELDS

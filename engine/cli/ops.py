@@ -14,11 +14,11 @@ import sys
 
 import click
 
+from ghostless.cli.common import BY, BadArgument, checked_task_id, dump, load_engine, setup_logging
+from ghostless.cli.format import event_line, history_table, stats_tables, task_block, when
+from ghostless.cli.root import command
 from ghostless.core import check as check_mod
 from ghostless.core.clock import server_ms
-from ghostless.cli.common import BY, BadArgument, checked_task_id, dump, load_engine, setup_logging
-from ghostless.cli.root import command
-from ghostless.cli.format import event_line, history_table, stats_tables, task_block, when
 from ghostless.core.errors import TaskNotFound
 from ghostless.core.server import persistence_notes
 

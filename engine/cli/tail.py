@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from ghostless.core.clock import server_ms
 from ghostless.core.keys import parse_task_id

@@ -5,7 +5,7 @@ used on a hot path.
 """
 from __future__ import annotations
 
-from .states import DEADLINE_SET, State, TERMINAL
+from .states import DEADLINE_SET, TERMINAL, State
 from .text import text, text_or_none
 
 SETS = ("dispatch", "leases", "retries", "expiry", "waiting")

@@ -51,4 +51,4 @@ class Config:
 
 
 def ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
+    return round(seconds * 1000)

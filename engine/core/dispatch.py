@@ -7,7 +7,8 @@ worker may still claim them directly.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 
 class Dispatcher(Protocol):

@@ -9,34 +9,38 @@ import hashlib
 import json
 import os
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import redis as redis_lib
 
-from ghostless.core import check as check_mod
-from ghostless.core import dispatch as dispatch_mod
-from ghostless.core import dependencies as deps
-from ghostless.core import notify
-from ghostless.core import listing
-from ghostless.core import priority as priority_mod
-from ghostless.core import stats as stats_mod
-from ghostless.core import sweep as sweep_mod
+from ghostless.core import (
+    check as check_mod,
+    dependencies as deps,
+    dispatch as dispatch_mod,
+    listing,
+    notify,
+    priority as priority_mod,
+    stats as stats_mod,
+    sweep as sweep_mod,
+)
+
 from .config import Config, ms
 from .dispatch import Dispatcher, NullDispatcher
 from .epoch import DataEpoch
 from .errors import Code, TaskNotFound, refusing_full
 from .keys import Keys, new_task_id, parse_task_id
+from .lease_calls import LeaseCalls
+from .management import Management
 from .models import Event, Task
 from .quota import Quota
 from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts, SubmitArgs
 from .server import check_server
 from .states import State
-from .users import Users
-from .lease_calls import LeaseCalls
-from .management import Management
-from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
 from .text import text_or_none
+from .users import Users
+from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -77,7 +81,7 @@ class Engine(LeaseCalls, Management):
             check_server(redis, strict=strict)
 
     @classmethod
-    def from_url(cls, url: str | None = None, **kwargs) -> "Engine":
+    def from_url(cls, url: str | None = None, **kwargs) -> Engine:
         """An engine on the Redis at ``url``; without one, ``GHOSTLESS_REDIS_URL`` or the local default."""
         url = url or os.environ.get("GHOSTLESS_REDIS_URL") or DEFAULT_URL
         return cls(redis_lib.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), **kwargs)
@@ -85,7 +89,7 @@ class Engine(LeaseCalls, Management):
     # -- registry ---------------------------------------------------------------------------------
     def task(self, name: str | None = None, *, queue: str = "default", timeout: float = 600.0,
              lease: float = 15.0, max_attempts: int = 3, backoff=None, stages=None,
-             permanent_errors=(), breaker: "Breaker | bool | None" = None, upstream: str = "",
+             permanent_errors=(), breaker: Breaker | bool | None = None, upstream: str = "",
              verify: Callable | None = None, internal: bool = False) -> Callable:
         """Decorator registering a task type (the allowlist of what may be submitted and run).
 
@@ -194,9 +198,8 @@ class Engine(LeaseCalls, Management):
             return self._require(task_id)
         if reply[3] == "waiting":
             return task
-        if delay_ms == 0 and self.dispatcher.active:
-            if self.dispatch_known(task_id, tt, priority):
-                task.status, task.version = State.QUEUED, 2
+        if delay_ms == 0 and self.dispatcher.active and self.dispatch_known(task_id, tt, priority):
+            task.status, task.version = State.QUEUED, 2
         return task
 
     def dispatch(self, task_id: str) -> str | None:
@@ -299,7 +302,7 @@ class Engine(LeaseCalls, Management):
         return deps.resolve(self, task_id)
 
     # -- operations -------------------------------------------------------------------------------
-    def sweep(self, batch: int = 1000) -> "sweep_mod.SweepReport":
+    def sweep(self, batch: int = 1000) -> sweep_mod.SweepReport:
         """One sweeper tick over every queue: expire, promote, re-dispatch, purge what is due."""
         return sweep_mod.sweep(self, batch)
 

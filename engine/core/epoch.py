@@ -35,7 +35,7 @@ class DataEpoch:
         self.lost: str | None = None  # why this process's data is gone (None: it is not)
         self._lock = threading.Lock()
 
-    def adopt(self) -> str:
+    def adopt(self) -> str | None:
         """Write the marker when there is none (first use of this Redis), then remember it.
         Once this process has an epoch, a missing marker is a loss, never rewritten here."""
         if self.seen is not None:

@@ -79,7 +79,7 @@ class IllegalTransition(GhostlessError):
 class LeaseLost(GhostlessError):
     """The caller no longer holds the task's lease; it must stop the work."""
 
-    def __init__(self, task_id: str, token: int, state: str = "", reason: str = "lease lost"):
+    def __init__(self, task_id: str, token: int | None, state: str = "", reason: str = "lease lost"):
         self.task_id, self.token, self.state = task_id, token, state
         super().__init__(f"{reason}: task {task_id!r} token {token} (task is {state or 'gone'})")
 
@@ -87,7 +87,7 @@ class LeaseLost(GhostlessError):
 class TaskCancelled(LeaseLost):
     """The task was cancelled (or superseded by an edit) while leased."""
 
-    def __init__(self, task_id: str, token: int):
+    def __init__(self, task_id: str, token: int | None):
         super().__init__(task_id, token, "CANCELLED", reason="task cancelled")
 
 
@@ -95,7 +95,7 @@ class AttemptEnded(LeaseLost):
     """A heartbeat that arrived after its own attempt's outcome (one still in flight when the
     attempt ended): not a stale holder, so neither counted nor recorded."""
 
-    def __init__(self, task_id: str, token: int, state: str = ""):
+    def __init__(self, task_id: str, token: int | None, state: str = ""):
         super().__init__(task_id, token, state, reason="attempt already ended")
 
 

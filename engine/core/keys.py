@@ -57,7 +57,7 @@ class TaskKeys(NamedTuple):
     leases: str  # zset: PROCESSING tasks, scored by min(lease, stage, attempt deadline)
     retries: str  # zset: RETRY_WAITING tasks, scored by next_retry_at
     expiry: str  # zset: terminal tasks, scored by when the sweeper deletes them
-    index: str  # zset: every task of the queue, scored by creation time
+    index: str  # type: ignore[assignment]  # zset: every task of the queue, by creation time (shadows tuple.index)
     ready: str  # zset: QUEUED tasks in the order workers take them (priority, then dispatch order)
     watch: str  # zset: unfinished tasks with a due time, scored by when to record overdue/escalated
     children: str  # set: ids of the tasks waiting on this one (submit's depends_on)

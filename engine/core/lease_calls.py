@@ -8,20 +8,28 @@ import logging
 import random
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ghostless.core import breakers as breakers_mod
+
 from .config import ms
 from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisFull, TaskNotFound
 from .keys import parse_task_id
 from .models import Lease
 from .states import State
-from .validate import duration_ms as _duration_ms, text as _text
 from .text import text_or_none
+from .validate import duration_ms as _duration_ms, text as _text
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .dispatch import Dispatcher
+    from .keys import Keys, TaskKeys
+    from .registry import Registry
+    from .scripts import Scripts
 
 log = logging.getLogger("ghostless")
 MAX_UNREPORTED = 10_000  # lost-job reports a process keeps while Redis refuses them
@@ -60,6 +68,20 @@ def heartbeat_client(client, lease: float):
 class LeaseCalls:
     """Mixed into Engine; uses its redis, keys, registry, scripts, dispatcher."""
 
+    # What Engine sets in __init__ and defines, declared here for the type checker.
+    redis: Any
+    keys: Keys
+    config: Config
+    registry: Registry
+    scripts: Scripts
+    dispatcher: Dispatcher
+    _unreported: dict[str, str]
+
+    if TYPE_CHECKING:
+        def _keys(self, task_id: str) -> TaskKeys: ...
+        def _json(self, what: str, value: Any, limit: int | None = None) -> str: ...
+        def dispatch(self, task_id: str) -> str | None: ...
+
     def claim(self, task_id: str, worker: str, dispatch_id: str = "", claim_id: str | None = None) -> Lease:
         """Take the task's lease for a new attempt (a new, higher fencing token).
 
@@ -93,6 +115,7 @@ class LeaseCalls:
                 self.job_lost(task_id, dispatch_id, patience=self.config.dispatch_grace)
             raise
         if reply[0] == Code.BREAKER_OPEN:
+            assert tt is not None  # a breaker answers only where tt named its key
             raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
         flat = reply[7] if len(reply) > 7 else []
         return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
@@ -110,8 +133,9 @@ class LeaseCalls:
         pause, give_up = 0.1, time.monotonic() + patience
         while True:
             try:
-                control = self.keys.queue_key(parse_task_id(task_id), "control")
-                reply = self.scripts.dispatch(self._keys(task_id), control, task_id, dispatch_id,
+                keys = self._keys(task_id)  # TaskNotFound for an id that names no queue
+                control = self.keys.queue_key(parse_task_id(task_id) or "", "control")
+                reply = self.scripts.dispatch(keys, control, task_id, dispatch_id,
                                               ms(self.config.dispatch_grace), rearm=True)
                 self._unreported.pop(task_id, None)
                 return reply[0] == Code.REPLAYED

@@ -7,13 +7,14 @@ from __future__ import annotations
 import uuid
 
 from ghostless.core import dependencies as deps
+
 from .errors import Code, IllegalTransition, TaskNotFound, refusing_full
 from .keys import new_task_id, parse_task_id
 from .models import Task
 from .quota import Quota
 from .states import State
-from .validate import text as _text
 from .text import text_or_none
+from .validate import text as _text
 
 
 class Management:

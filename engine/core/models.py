@@ -69,7 +69,7 @@ class Task:
         return self.status.terminal
 
     @classmethod
-    def from_redis(cls, h: dict, args_json, result_json) -> "Task":
+    def from_redis(cls, h: dict, args_json, result_json) -> Task:
         g = {text(k): text(v) for k, v in h.items()}
         lease = None
         if g.get("status") == "PROCESSING":
@@ -94,7 +94,7 @@ class Task:
         )
 
     @classmethod
-    def from_reply(cls, entry: list) -> "Task":
+    def from_reply(cls, entry: list) -> Task:
         """A task from its lua/read.lua entry: [hash fields as a flat list, args, result, place in line, ...]."""
         flat, args, result, position = entry[:4]
         task = cls.from_redis(dict(zip(flat[::2], flat[1::2])), args, result)
@@ -140,7 +140,7 @@ class Event:
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, raw) -> "Event":
+    def from_json(cls, raw) -> Event:
         d = json.loads(raw)
         known = {"kind", "at", "from", "to", "stage", "attempt", "worker", "reason", "by", "verb"}
         return cls(

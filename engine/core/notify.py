@@ -28,7 +28,7 @@ import ipaddress
 import json
 import socket
 import time
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from .errors import PermanentError
@@ -90,7 +90,7 @@ class Destinations:
             found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError):
             raise DeliveryFailed("cannot resolve the receiver's host") from None
-        addresses = [info[4][0] for info in found]
+        addresses = [str(info[4][0]) for info in found]
         if not addresses or not all(self._allowed(host, a) for a in addresses):
             raise PermanentError(REFUSED, kind="webhook_refused")
         return parts.scheme, host, port, addresses
@@ -114,7 +114,9 @@ def post(destinations: Destinations, url: str, body: bytes, headers: dict, timeo
     for address in addresses:
         cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
         conn = cls(host, port, timeout=timeout)  # TLS checks the certificate against the host name
-        conn._create_connection = lambda _, *a, ip=address, **kw: socket.create_connection((ip, port), *a, **kw)
+        # http.client's own hook (not in its stubs): connect to the address checked, not a new lookup
+        conn._create_connection = (  # type: ignore[attr-defined]
+            lambda _, *a, ip=address, **kw: socket.create_connection((ip, port), *a, **kw))
         try:
             conn.request("POST", path, body=body, headers=headers)
             return conn.getresponse().status

@@ -55,7 +55,7 @@ class Quota:
         return "%d %d %d %d" % (self.rate or 0, ms(self.per), self.max_unfinished or 0,
                                 self.max_unfinished_bytes or 0)
 
-    def with_overrides(self, overrides: dict | None) -> "Quota":
+    def with_overrides(self, overrides: dict | None) -> Quota:
         """This quota with some fields replaced (a user's record: engine/core/users.py)."""
         return dataclasses.replace(self, **{k: v for k, v in (overrides or {}).items() if k in FIELDS})
 

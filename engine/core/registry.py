@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .config import ms
 from .errors import BadArgs, UnknownTaskType
@@ -33,11 +34,11 @@ class Backoff:
     schedule: tuple[float, ...] = ()
 
     @classmethod
-    def exponential(cls, base=1.0, factor=2.0, cap=300.0, jitter=0.1) -> "Backoff":
+    def exponential(cls, base=1.0, factor=2.0, cap=300.0, jitter=0.1) -> Backoff:
         return cls(base=base, factor=factor, cap=cap, jitter=jitter)
 
     @classmethod
-    def fixed(cls, delays: Sequence[float], jitter: float = 0.0) -> "Backoff":
+    def fixed(cls, delays: Sequence[float], jitter: float = 0.0) -> Backoff:
         return cls(schedule=tuple(delays), jitter=jitter)
 
     def __post_init__(self):

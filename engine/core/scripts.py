@@ -11,16 +11,28 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from functools import lru_cache
+from collections.abc import Sequence
+from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from ghostless.core import priority
+
 from .config import WAKE_WITHIN, Config
 from .errors import (
-    AttemptEnded, Code, IdempotencyConflict, IllegalTransition, LeaseLost, QuotaExceeded, TaskCancelled, TaskNotFound,
-    UnknownParent, UnknownTaskType, WrongDispatch, refusing_full,
+    AttemptEnded,
+    Code,
+    IdempotencyConflict,
+    IllegalTransition,
+    LeaseLost,
+    QuotaExceeded,
+    TaskCancelled,
+    TaskNotFound,
+    UnknownParent,
+    UnknownTaskType,
+    WrongDispatch,
+    refusing_full,
 )
 from .keys import TaskKeys, parse_task_id
 from .models import Lease
@@ -66,14 +78,14 @@ local CFG = {{stream_max = tonumber(ARGV[1]), history_max = tonumber(ARGV[2]),
 """
 
 
-@lru_cache(maxsize=None)
+@cache
 def source(name: str) -> str:
     """The full text EVALSHA runs for script ``name``."""
     libs = "\n".join(_lib_text(lib) for lib in needed_libs(name))
     return f"{preamble(name)}\n{libs}\n-- lua/{name}.lua\n{(LUA_DIR / f'{name}.lua').read_text()}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _lib_text(lib: str) -> str:
     return (LUA_DIR / "lib" / f"{lib}.lua").read_text()
 
@@ -82,7 +94,7 @@ def _defines(lib: str) -> set[str]:
     return set(re.findall(r"^local (?:function )?(\w+)", _lib_text(lib), re.M))
 
 
-@lru_cache(maxsize=None)
+@cache
 def needed_libs(name: str) -> tuple[str, ...]:
     """The libs script ``name`` calls into, with the libs those call into (in LIBS order)."""
     text, needed = (LUA_DIR / f"{name}.lua").read_text(), set()
@@ -307,7 +319,7 @@ class Scripts:
         Redis at maxmemory too.
         """
         by_queue: dict[str, list[str]] = {}
-        for task_id, keys in task_keys.items():
+        for task_id, _keys in task_keys.items():
             by_queue.setdefault(parse_task_id(task_id), []).append(task_id)
         head = ["1" if owner is None else "0", owner or "", "1" if full else "0"]
         pipe = self.redis.pipeline(transaction=False)

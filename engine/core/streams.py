@@ -6,7 +6,7 @@ Read-only: every write to a stream goes through the scripts (engine/core/scripts
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from ghostless.core.states import State
 from ghostless.core.text import text

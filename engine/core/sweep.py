@@ -11,10 +11,10 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from ghostless.core import dependencies as deps, notify
+
 from .clock import retry_delay
 from .errors import Code, GhostlessError, UnknownTaskType
-from ghostless.core import dependencies as deps
-from ghostless.core import notify
 from .states import State
 from .text import text, text_or_none
 

@@ -78,7 +78,7 @@ def _wait_redis(url: str, timeout: float = 15) -> None:
             return
         except redis.ConnectionError:
             if time.monotonic() > deadline:
-                raise SystemExit(f"demo: Redis at {url} did not start")
+                raise SystemExit(f"demo: Redis at {url} did not start") from None
             time.sleep(0.05)
 
 
@@ -162,7 +162,8 @@ def _start_web(engine, cli, env, quiet, port: int) -> subprocess.Popen:
             time.sleep(0.1)
     engine.users.add("demo", admin=True)
     code = engine.users.login_code("demo", ttl=3600)
-    print(f"dashboard:  {base}/\nlog in:     {base}/login/{code}   (a page with a Log in button; once, within an hour)\n"
+    print(f"dashboard:  {base}/\n"
+          f"log in:     {base}/login/{code}   (a page with a Log in button; once, within an hour)\n"
           f"Ctrl-C stops everything.", flush=True)
     return proc
 

@@ -20,12 +20,14 @@ import logging
 import os
 import threading
 import time
+from typing import ClassVar
 
 import redis
 
-from ghostless.execution import runtime
-from .context import TaskContext
 from ghostless.core.errors import AttemptEnded, LeaseLost, TaskCancelled
+from ghostless.execution import runtime
+
+from .context import TaskContext
 
 log = logging.getLogger("ghostless.heartbeat")
 POLL = 0.1  # how often the thread looks at its flags; heartbeats themselves go at lease / 3
@@ -81,7 +83,7 @@ class Heartbeat:
                 self._lose("cancelled")
             except LeaseLost as e:
                 self._lose(f"lease lost ({e.state or 'gone'})")
-            except Exception as e:  # noqa: BLE001 - this thread must outlive any error, or nothing stops the task
+            except Exception as e:  # this thread must outlive any error, or nothing stops the task
                 # Unreachable, but also full (OOM under noeviction), read-only after a failover, or
                 # a bug: the lease is not being renewed all the same.
                 unreachable = isinstance(e, (redis.ConnectionError, redis.TimeoutError))
@@ -115,7 +117,7 @@ class Heartbeat:
 class _Beater(threading.Thread):
     """A daemon thread that runs one Heartbeat after another."""
 
-    _idle: list["_Beater"] = []
+    _idle: ClassVar[list[_Beater]] = []  # one pool per process, shared by the class
     _lock = threading.Lock()
 
     def __init__(self):
@@ -129,7 +131,7 @@ class _Beater(threading.Thread):
         cls._idle, cls._lock = [], threading.Lock()
 
     @classmethod
-    def take(cls) -> "_Beater":
+    def take(cls) -> _Beater:
         with cls._lock:
             if cls._idle:
                 return cls._idle.pop()
@@ -148,7 +150,7 @@ class _Beater(threading.Thread):
             hb, self._next = self._next, None
             try:
                 hb.run()
-            except Exception:  # noqa: BLE001 - a bug here must not leave a dead thread among the idle ones
+            except Exception:  # a bug here must not leave a dead thread among the idle ones
                 log.exception("heartbeat of task %s ended by an error", hb.ctx.task_id)
             with self._lock:
                 self._idle.append(self)

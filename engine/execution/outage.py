@@ -20,9 +20,9 @@ import time
 from rq import Queue
 from rq.exceptions import StopRequested
 
-from ghostless.execution import runtime
 from ghostless.core.errors import REDIS_FAULTS
 from ghostless.core.lease_calls import short_client
+from ghostless.execution import runtime
 
 log = logging.getLogger("ghostless.worker")
 BACKOFF_FIRST, BACKOFF_CAP = 0.1, 2.0  # seconds between looks at a failing Redis

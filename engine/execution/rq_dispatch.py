@@ -49,8 +49,9 @@ class RQDispatcher:
                 at_front: bool = False) -> None:
         try:
             self.rq_queue(queue, priority).enqueue_call(
-                JOB_FUNC, args=[task_id], job_id=dispatch_id, unique=True, timeout=int(timeout + GRACE), at_front=at_front,
-                result_ttl=RESULT_TTL, failure_ttl=FAILURE_TTL, description=f"ghostless task {task_id}")
+                JOB_FUNC, args=[task_id], job_id=dispatch_id, unique=True, timeout=int(timeout + GRACE),
+                at_front=at_front, result_ttl=RESULT_TTL, failure_ttl=FAILURE_TTL,
+                description=f"ghostless task {task_id}")
         except DuplicateJobError:
             pass  # a resent enqueue of the same dispatch: the job is there
 
@@ -75,7 +76,7 @@ class RQDispatcher:
         prefix = self.namespace + "."
         try:
             found = Worker.all(connection=self.redis)
-        except Exception:  # noqa: BLE001 - RQ data we cannot read must not break the dashboard
+        except Exception:  # RQ data we cannot read must not break the dashboard
             log.exception("cannot list RQ workers")
             return []
         out = []

@@ -16,9 +16,21 @@ import threading
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
+from ghostless.core.errors import (
+    REDIS_FAULTS,
+    BadArgs,
+    BreakerOpen,
+    IllegalTransition,
+    LeaseLost,
+    PermanentError,
+    RedisUnavailable,
+    TaskNotFound,
+    UnknownTaskType,
+    WrongDispatch,
+)
 from ghostless.execution import runtime
+
 from .context import AttemptReleased, AttemptStopped, TaskContext
-from ghostless.core.errors import REDIS_FAULTS, BadArgs, BreakerOpen, IllegalTransition, LeaseLost, PermanentError, RedisUnavailable, TaskNotFound, UnknownTaskType, WrongDispatch
 from .heartbeat import Heartbeat
 
 log = logging.getLogger("ghostless.runner")
@@ -82,7 +94,7 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
             try:
                 if reason == "release" and not (hb.lost or hb.abandoned):
                     _report(engine.release, lease, "worker shutdown")
-            except BaseException:  # noqa: BLE001 - nothing may keep this horse alive
+            except BaseException:  # nothing may keep this horse alive
                 log.exception("task %s: the release at the end of the grace failed", lease.task_id)
                 code = 1
             finally:
@@ -125,7 +137,7 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
     except JobTimeoutException as e:
         _finish(hb, engine.fail, lease, "timeout", _reason(e) or "job timeout", True)
         return
-    except Exception as e:  # the task's own failure: retried with its backoff
+    except Exception as e:  # noqa: BLE001 - the task's own failure: retried with its backoff
         log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, e)
         _finish(hb, engine.fail, lease, type(e).__name__, _reason(e), True)
         return

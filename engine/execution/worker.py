@@ -25,11 +25,14 @@ from rq import SimpleWorker, Worker
 from rq.serializers import JSONSerializer
 from rq.utils import now
 
-from ghostless.execution import runner  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
-from ghostless.execution import runtime
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
 from ghostless.core.lease_calls import client_like, no_resends
 from ghostless.core.text import text_or_none
+from ghostless.execution import (
+    runner,  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
+    runtime,
+)
+
 from .outage import RidesOutRedis
 from .rq_dispatch import rq_queue_names
 

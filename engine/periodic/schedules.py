@@ -133,7 +133,7 @@ def _dt(ms_: int) -> datetime:
 
 
 def _ms(dt: datetime) -> int:
-    return int(round(dt.timestamp() * 1000))
+    return round(dt.timestamp() * 1000)
 
 
 def iso(dt: datetime) -> str:

@@ -65,7 +65,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ghostless import Config, Engine, IllegalTransition, TaskNotFound  # noqa: E402
-from ghostless.core.states import State, TERMINAL  # noqa: E402
+from ghostless.core.states import TERMINAL, State  # noqa: E402
 from tests.chaos.app import register  # noqa: E402
 from tests.support.procs import Proc, app_env, start_sweeper, start_worker  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
@@ -552,8 +552,8 @@ def check_run(engine: Engine, ids: list[str], log_path: str, report: Report) -> 
 def _why_stuck(engine: Engine, tid: str, h: dict) -> str:
     """Where a stuck task's executor job is: still waiting in an RQ list (a backlog), or popped and
     never claimed (RQ's own status given), or gone."""
-    from rq.job import Job
     from rq.exceptions import NoSuchJobError
+    from rq.job import Job
     from rq.serializers import JSONSerializer
 
     from ghostless.execution import rq_dispatch
@@ -580,9 +580,9 @@ def _check_executions(tid: str, h: dict, result, lines: list[tuple], report: Rep
     report.duplicate_executions += sum(n - 1 for n in starts.values() if n > 1)
     done_tokens = {tok for ev, tok, *_ in lines if ev == "done"}
     accepted = int(h["ended_token"]) if h.get("status") == "SUCCESS" and h.get("ended_token") else None
-    if h.get("status") == "SUCCESS":
-        if accepted not in done_tokens or not result or result.get("token") != accepted:
-            report.phantom_successes.append(tid)
+    if h.get("status") == "SUCCESS" and (accepted not in done_tokens or not result
+                                         or result.get("token") != accepted):
+        report.phantom_successes.append(tid)
     report.completions_refused += len(done_tokens - ({accepted} if accepted is not None else set()))
     # zombie: a line of token t written after a token > t had started
     newest = 0

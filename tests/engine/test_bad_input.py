@@ -19,7 +19,7 @@ NOT_IDS = ["nope", "../x", "images.XYZ", None, 123, "images.0123456789ABCDEF0123
 def test_progress_outside_zero_to_one_or_not_a_number_is_a_value_error(engine, fraction):
     task, lease = claimed(engine)
     before = snapshot(engine, task.id)
-    with pytest.raises(ValueError, match="progress must be a number within 0..1"):
+    with pytest.raises(ValueError, match=r"progress must be a number within 0\.\.1"):
         engine.progress(lease, fraction)
     assert snapshot(engine, task.id) == before
 

@@ -128,7 +128,7 @@ def test_unknown_parents_and_other_queues_are_rejected_at_submit(engine):
     with pytest.raises(UnknownParent):
         engine.submit("render", {}, owner="alice", depends_on=["images.0123456789abcdef0123"])
     other = engine.submit("brief", {}, owner="alice")  # queue "other"
-    with pytest.raises(ValueError, match="same|child's queue"):
+    with pytest.raises(ValueError, match=r"same|child's queue"):
         engine.submit("render", {}, owner="alice", depends_on=[other.id])
     with pytest.raises(ValueError):
         engine.submit("render", {}, owner="alice", depends_on="images.0123456789abcdef0123")

@@ -8,7 +8,14 @@ import pytest
 from ghostless import LeaseLost, State, TaskCancelled, TaskNotFound
 from ghostless.core.errors import AttemptEnded
 from tests.support.snapshots import (
-    HOLDER_CALLS, assert_only_stale_recorded, claimed, ghost_lease, queue_snapshot, raw_task, reclaimed, snapshot,
+    HOLDER_CALLS,
+    assert_only_stale_recorded,
+    claimed,
+    ghost_lease,
+    queue_snapshot,
+    raw_task,
+    reclaimed,
+    snapshot,
 )
 from tests.support.wait import server_ms, wait_for_server_time
 

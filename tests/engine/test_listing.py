@@ -36,7 +36,7 @@ def test_tasks_created_in_the_same_millisecond_are_each_listed_once_across_scans
     monkeypatch.setattr(listing, "SCAN", 3)  # each round reads 3 rows: scans cut through the millisecond
     mine = submit_many(engine, "alice", 8)
     for key in (engine.keys.owner_index("images", "alice"), engine.keys.queue_key("images", "index")):
-        engine.redis.zadd(key, {tid: 1_700_000_000_000 for tid in mine})  # as a burst within 1 ms leaves them
+        engine.redis.zadd(key, dict.fromkeys(mine, 1_700_000_000_000))  # as a burst within 1 ms leaves them
     for limit in (2, 5, 50):
         seen, cursor = [], None
         while True:

@@ -128,7 +128,7 @@ def test_delivery_is_signed_and_a_receiver_error_is_retried(notifying, receiver)
 
 
 def test_a_receiver_answering_410_stops_the_deliveries(notifying, receiver):
-    url, got, answer = receiver
+    url, _got, answer = receiver
     answer["status"] = 410
     task = notifying.submit("render", {}, owner="alice", notify_url=url)
     finish(notifying, task.id)
@@ -139,7 +139,8 @@ def test_a_receiver_answering_410_stops_the_deliveries(notifying, receiver):
                                                                                           "webhook_gone")
 
 
-@pytest.mark.parametrize("url", ["ftp://x/y", "file:///etc/passwd", "gopher://127.0.0.1:6379/_x", "not a url", "http://", 42])
+@pytest.mark.parametrize("url", ["ftp://x/y", "file:///etc/passwd", "gopher://127.0.0.1:6379/_x", "not a url",
+                                 "http://", 42])
 def test_bad_webhook_urls_are_value_errors(notifying, url):
     with pytest.raises(ValueError):
         notifying.submit("render", {}, owner="alice", notify_url=url)
@@ -153,7 +154,7 @@ def test_webhooks_need_notifications_enabled(engine):
 # -- internal types and where deliveries may go ------------------------------------------------------
 
 def test_the_delivery_type_cannot_be_submitted_by_an_ordinary_submit(notifying, receiver):
-    url, got, _ = receiver
+    url, _got, _ = receiver
     with pytest.raises(UnknownTaskType):
         notifying.submit(TYPE, {"url": url, "event": {"event": "terminal"}}, owner="mallory")
     assert notifying.list_tasks("mallory")[0] == []

@@ -10,7 +10,12 @@ import pytest
 from ghostless import Backoff, LeaseLost, State
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import (
-    HOLDER_CALLS, assert_only_stale_recorded, claimed, queue_snapshot, raw_task, sibling,
+    HOLDER_CALLS,
+    assert_only_stale_recorded,
+    claimed,
+    queue_snapshot,
+    raw_task,
+    sibling,
     snapshot,
 )
 from tests.support.wait import wait_for_server_time

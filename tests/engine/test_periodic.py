@@ -1,6 +1,7 @@
 """Periodic tasks (engine/periodic/schedules.py): one task per period, from Redis time, whoever fires."""
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from datetime import datetime, timezone
@@ -196,4 +197,4 @@ def test_the_documented_seconds_example_fires_every_ten_seconds():
     example = re.search(r"`([^`]+)`", line).group(1)
     it = croniter(example, datetime(2026, 3, 2, 2, 0, 0, tzinfo=timezone.utc))
     times = [it.get_next(datetime) for _ in range(4)]
-    assert [(b - a).total_seconds() for a, b in zip(times, times[1:])] == [10, 10, 10], example
+    assert [(b - a).total_seconds() for a, b in itertools.pairwise(times)] == [10, 10, 10], example

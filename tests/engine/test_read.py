@@ -72,7 +72,7 @@ def test_reads_answer_normally_on_a_full_redis(private_redis):
     client.config_set("maxmemory", 1)  # noeviction: every write is refused from here on
     app = create_app({"TESTING": True, "SECRET_KEY": "k", "GHOSTLESS_ENGINE": engine})
     try:
-        with pytest.raises(Exception, match="OOM|maxmemory"):
+        with pytest.raises(Exception, match=r"OOM|maxmemory"):
             client.set("probe", "1")  # Redis is full indeed
         # Before, each of these went through MULTI/EXEC and raised OutOfMemoryError.
         assert engine.get(task.id).status == State.SUCCESS

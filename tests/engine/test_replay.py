@@ -8,8 +8,8 @@ sets, queue counters, statistics, event stream length) after the first call must
 one after the second.
 """
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import ghostless
 import ghostless.web
-from ghostless.core import scripts as scripts_mod
 from ghostless import Config
+from ghostless.core import scripts as scripts_mod
 from ghostless.core.scripts import LUA_DIR, SCRIPTS, Scripts, SubmitArgs, preamble
 
 PACKAGE_DIRS = [Path(ghostless.__file__).parent, Path(ghostless.web.__file__).parent]

@@ -1,11 +1,11 @@
 """Stateful property test: random interleavings of every verb, checked against a reference model.
 
 A Hypothesis ``RuleBasedStateMachine`` drives one Engine with submit (with and without
-idempotency keys, replays and conflicts, and under a quota with room for one more task or none), claim (direct, by a job's delivery, or resent),
-heartbeat, stage, progress, checkpoint, complete, fail, release, cancel, edit, retry, dispatch,
-sweep and time passing, on short leases so that expiry and retry promotion really happen. Each
-example runs with no executor (tasks wait in PENDING) or with an in-memory one (the engine
-dispatches at once: QUEUED).
+idempotency keys, replays and conflicts, and under a quota with room for one more task or none),
+claim (direct, by a job's delivery, or resent), heartbeat, stage, progress, checkpoint, complete,
+fail, release, cancel, edit, retry, dispatch, sweep and time passing, on short leases so that expiry
+and retry promotion really happen. Each example runs with no executor (tasks wait in PENDING) or
+with an in-memory one (the engine dispatches at once: QUEUED).
 
 A small pure-Python model of each task (status, attempt, current fencing token and dispatch,
 owner, superseded links, the last ending call of a lease holder) predicts every deterministic
@@ -43,7 +43,22 @@ from hypothesis import HealthCheck, Phase, settings, strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from ghostless import TRANSITIONS, Backoff, Config, Engine, IdempotencyConflict, IllegalTransition, Lease, LeaseLost, Quota, QuotaExceeded, State, TaskCancelled, TaskNotFound, WrongDispatch
+from ghostless import (
+    TRANSITIONS,
+    Backoff,
+    Config,
+    Engine,
+    IdempotencyConflict,
+    IllegalTransition,
+    Lease,
+    LeaseLost,
+    Quota,
+    QuotaExceeded,
+    State,
+    TaskCancelled,
+    TaskNotFound,
+    WrongDispatch,
+)
 from ghostless.core.errors import AttemptEnded
 from ghostless.core.keys import new_task_id
 from tests.support.fakes import FakeDispatcher
@@ -76,7 +91,7 @@ HELD = st.sampled_from(["current", "current", "stale", "any"])
 
 
 def ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
+    return round(seconds * 1000)
 
 
 def args_size(args: dict) -> int:
@@ -297,8 +312,7 @@ class TaskMachine(RuleBasedStateMachine):
     def _submit(self, type_, owner, args, key, priority) -> None:
         queue = TYPES[type_]["queue"]
         known = self.idem.get((queue, owner, key)) if key is not None else None
-        call = lambda: self.engine.submit(type_, args, owner=owner, idempotency_key=key,  # noqa: E731
-                                          priority=priority)
+        call = lambda: self.engine.submit(type_, args, owner=owner, idempotency_key=key, priority=priority)  # noqa: E731
         if known is None:
             task = call()
             assert (task.owner, task.type, task.args, task.priority) == (owner, type_, args, priority)
@@ -449,7 +463,7 @@ class TaskMachine(RuleBasedStateMachine):
     def _claim(self, task_id: str, worker: str, claim_id: str | None = None, dispatch_id: str = "") -> None:
         m = self.model.get(task_id)
         claim_id = claim_id or uuid.uuid4().hex
-        call = lambda: self.engine.claim(task_id, worker, dispatch_id=dispatch_id, claim_id=claim_id)  # noqa
+        call = lambda: self.engine.claim(task_id, worker, dispatch_id=dispatch_id, claim_id=claim_id)  # noqa: E731
         if m is None:
             self._refused(task_id, TaskNotFound, call)
         elif m.status not in (P, Q):
@@ -552,7 +566,7 @@ class TaskMachine(RuleBasedStateMachine):
         type(self).steps += 1
         lease = self._lease(index, held)
         outcome = self._holder_outcome(lease, "fail")
-        call = lambda: self.engine.fail(lease, kind, "it broke", retryable=retryable, retry_in=retry_in)  # noqa
+        call = lambda: self.engine.fail(lease, kind, "it broke", retryable=retryable, retry_in=retry_in)  # noqa: E731
         m = self.model.get(lease.task_id)
         if outcome == "replay":
             assert self._unchanged(lease.task_id, call) == m.status

@@ -11,7 +11,6 @@ from tests.support.snapshots import GHOST, claimed, raw_task, sibling, snapshot
 from tests.support.wait import server_ms, wait_for_server_time
 
 
-
 def wait_for_lease_deadline(engine, task_id):
     wait_for_server_time(engine.redis, engine.get(task_id).lease_deadline * 1000)
 
@@ -75,7 +74,7 @@ def test_attempt_past_its_timeout_expires_as_attempt_timeout_and_ends_in_timeout
 
 
 def test_expire_before_the_deadline_is_not_due_and_changes_nothing(engine):
-    task, lease = claimed(engine)
+    task, _lease = claimed(engine)
     before = snapshot(engine, task.id)
     assert call(engine, "expire", task.id, 0.5) == [Code.NOT_DUE]
     assert not engine.sweep().acted
@@ -181,7 +180,7 @@ def test_purge_of_a_task_already_gone_is_not_found_and_drops_it_from_the_expiry_
 def test_due_lists_what_is_due_in_each_set_and_the_time_until_the_earliest_deadline(engine):
     q = engine.keys.task(GHOST)
     assert engine.scripts._call("due", [q.leases, q.retries], [10])[2:] == [[], [], -1]
-    task, lease = claimed(engine)  # lease deadline in 30 s
+    _task, _lease = claimed(engine)  # lease deadline in 30 s
     retry_task, retry_lease = claimed(engine)
     engine.fail(retry_lease, "boom")  # retry in 50 ms
     wait_for_server_time(engine.redis, int(raw_task(engine, retry_task.id)["next_retry_at"]))
@@ -202,7 +201,7 @@ def test_due_lists_at_most_a_batch_from_each_set_earliest_deadline_first(engine)
 
 def test_sweep_reports_the_time_until_the_next_deadline(engine):
     assert engine.sweep().next_in is None
-    task, lease = claimed(engine)  # lease deadline in 30 s
+    _task, _lease = claimed(engine)  # lease deadline in 30 s
     report = engine.sweep()
     assert not report.acted
     assert 29.0 < report.next_in <= 30.0
@@ -219,7 +218,7 @@ def test_sweep_with_a_small_batch_still_handles_everything_due(engine):
 
 def test_two_sweepers_racing_the_second_gets_nothing(engine):
     second = sibling(engine)
-    expiring, lease = claimed(engine, "quick")
+    expiring, _lease = claimed(engine, "quick")
     waiting, failing = claimed(engine)
     engine.fail(failing, "boom")
     wait_for_lease_deadline(engine, expiring.id)

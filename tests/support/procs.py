@@ -24,7 +24,8 @@ class Proc:
     """A child process whose output goes to a temp file (read it with .output())."""
 
     def __init__(self, args: list[str], env: dict):
-        self.log = tempfile.NamedTemporaryFile(prefix="ghostless-proc-", suffix=".log", delete=False)
+        # the child's output, read by .output() for as long as the Proc lives (no with: it outlives __init__)
+        self.log = tempfile.NamedTemporaryFile(prefix="ghostless-proc-", suffix=".log", delete=False)  # noqa: SIM115
         self.args = args
         self.popen = subprocess.Popen(args, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
@@ -91,7 +92,7 @@ def children(pid: int) -> list[int]:
     return [p for p, _, ppid, _ in _processes() if ppid == pid]
 
 
-def orphans(proc: "Proc") -> list[int]:
+def orphans(proc: Proc) -> list[int]:
     """Live processes of ``proc``'s session (its work-horses included) whose parent is no longer
     ``proc``: work-horses left behind by a worker."""
     return [p for p, state, ppid, sid in _processes()

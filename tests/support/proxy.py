@@ -50,7 +50,7 @@ class CutProxy:
         while not self._closed.is_set():
             try:
                 client, _ = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:  # closed
                 return
@@ -77,7 +77,7 @@ class CutProxy:
         while self._wait_flowing():
             try:
                 data = src.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 break

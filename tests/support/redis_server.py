@@ -42,7 +42,7 @@ class RedisServer:
     def client(self, **kw) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)
 
-    def start(self, timeout: float = 10.0) -> "RedisServer":
+    def start(self, timeout: float = 10.0) -> RedisServer:
         args = [redis_server_path(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no",
                 "--appendfsync", self.appendfsync, "--maxmemory-policy", "noeviction",

@@ -10,17 +10,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq import Worker
 
-from ghostless.execution.rq_dispatch import RQDispatcher
-
 from ghostless import Engine, State
 from ghostless.core.app import AppError
 from ghostless.core.scripts import script_shas
+from ghostless.execution.rq_dispatch import RQDispatcher
+from ghostless.web import create_app
 from tests.support.redis_server import free_port
 from tests.support.wait import wait_for_server_time, wait_until
-from ghostless.web import create_app
 
 from .conftest import TEST_CONFIG
-
 from .helpers import GHOST, task_in, when_subscribed
 
 RENDER = {"type": "render", "args": {"prompt": "a cat"}}

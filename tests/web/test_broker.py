@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.wait import wait_until
 from ghostless.web.broker import Broker, Dropped, Subscriber
+from tests.support.wait import wait_until
 
 
 def test_a_subscriber_gets_only_the_events_its_filter_accepts(engine):

@@ -16,8 +16,8 @@ import threading
 import pytest
 
 from ghostless import Engine
-from tests.conftest import REQUIRE_REAL, register_test_types
 from ghostless.web import close_app, create_app
+from tests.conftest import REQUIRE_REAL, register_test_types
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",

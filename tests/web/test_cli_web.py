@@ -56,7 +56,7 @@ def test_user_add_prints_a_token_that_authenticates_the_user(cli):
 
 
 def test_user_add_admin_and_list(cli):
-    run, engine = cli
+    run, _engine = cli
     run("user", "add", "alice", "--app", APP)
     run("user", "add", "root", "--admin", "--app", APP)
     result = run("user", "list", "--app", APP)
@@ -92,9 +92,10 @@ def test_commands_without_an_app_fail_in_one_line(monkeypatch):
 
 
 def test_web_without_gunicorn_serves_with_flasks_threaded_server_and_warns(cli, monkeypatch, caplog):
-    run, engine = cli
-    import ghostless.web.serve
+    run, _engine = cli
     from flask import Flask
+
+    import ghostless.web.serve
 
     calls = []
     monkeypatch.setattr(ghostless.web.serve, "gunicorn_available", lambda: False)

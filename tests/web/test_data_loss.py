@@ -4,8 +4,8 @@ is up."""
 import pytest
 
 from ghostless import Engine
-from tests.conftest import register_test_types
 from ghostless.web import close_app, create_app
+from tests.conftest import register_test_types
 
 from .conftest import TEST_CONFIG
 

@@ -148,7 +148,8 @@ def test_the_task_page_shows_status_stage_progress_and_timeline(client, engine, 
     assert "Generating" in words and "step 20 of 50" in words and "attempt 1 of 3" in words
     assert '<progress id="progress" max="1" value="0.4">' in html
     assert "PENDING → PROCESSING" in words and "stage generating" in words
-    assert f"/api/tasks/{task.id}/cancel" in html and 'id="edit"' in html and "&#34;prompt&#34;: &#34;a cat&#34;" in html
+    assert f"/api/tasks/{task.id}/cancel" in html and 'id="edit"' in html
+    assert "&#34;prompt&#34;: &#34;a cat&#34;" in html
     assert ("Reclaim now" in html) == (caller == "root")
     panel = page(client, f"/tasks/{task.id}/panel", auth[caller])
     assert "step 20 of 50" in panel and "<html" not in panel
@@ -238,8 +239,8 @@ def test_no_page_shows_a_bidi_control_character_from_a_tasks_text(client, engine
 
 
 def test_the_pages_script_strips_the_same_bidi_controls_as_the_templates():
-    from tests.support.procs import ROOT
     from ghostless.web.friendly import BIDI_CONTROLS
+    from tests.support.procs import ROOT
 
     script = (ROOT / "web" / "static" / "app.js").read_text()
     pattern = re.search(r"const BIDI = /(\[[^\]]+\])/g;", script).group(1)  # same syntax in Python's re

@@ -30,7 +30,8 @@ def test_web_users_submit_under_the_default_rate_and_get_a_429_with_retry_after_
 def test_web_users_have_a_lower_args_limit_than_python_callers(client, auth, engine):
     args = {"prompt": "x" * (100 << 10)}  # 100 KiB: over the web's 64 KiB, under Config's 1 MiB
     r = submit(client, auth["alice"], args)
-    assert (r.status_code, error(r)) == (400, "invalid") and "over the limit of 65536" in r.get_json()["error"]["message"]
+    assert (r.status_code, error(r)) == (400, "invalid")
+    assert "over the limit of 65536" in r.get_json()["error"]["message"]
     assert engine.submit("render", args, owner="alice").status.value == "PENDING"
 
 

@@ -3,8 +3,8 @@ JSON body and Retry-After, never a 500."""
 import pytest
 
 from ghostless import Engine
-from tests.conftest import register_test_types
 from ghostless.web import close_app, create_app
+from tests.conftest import register_test_types
 
 from .conftest import TEST_CONFIG
 

@@ -82,7 +82,7 @@ def first_answers(socks: list[socket.socket], timeout: float = 4.0) -> list[byte
     """What the server sent first on each socket, read side by side until a common deadline: a
     status line and, for a stream, up to its first ``retry:`` line (a refused stream ends there;
     an open one goes on; a long-poll held open has sent nothing)."""
-    data = {sock: b"" for sock in socks}
+    data = dict.fromkeys(socks, b"")
 
     def complete(d: bytes) -> bool:
         return b"retry: " in d or (d.startswith(b"HTTP/1.1 4") and b"\r\n\r\n" in d)
@@ -206,9 +206,9 @@ def test_login_codes_never_reach_the_access_log(start_web, server):
 
 
 def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
-    import fakeredis
     import threading
 
+    import fakeredis
     from flask import Flask
     from werkzeug.serving import make_server
 
@@ -227,7 +227,8 @@ def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
     monkeypatch.setattr(Flask, "run", run)
     caplog.set_level("INFO", logger="werkzeug")
     port = free_port()
-    serving = threading.Thread(target=ghostless.web.serve.serve, args=(engine, None, "127.0.0.1", port, 1, 4), daemon=True)
+    serving = threading.Thread(target=ghostless.web.serve.serve, args=(engine, None, "127.0.0.1", port, 1, 4),
+                               daemon=True)
     serving.start()
     try:
         wait_until(lambda: servers, timeout=10, what="the development server")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from ghostless import Config, State
-from tests.support.snapshots import sibling
-from tests.support.wait import wait_until
 from ghostless.web.positions import Positions
 from ghostless.web.sse import task_stream
+from tests.support.snapshots import sibling
+from tests.support.wait import wait_until
 
 from .helpers import task_in
 from .sse_client import open_sse

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from ghostless import State
-from tests.support.wait import wait_until
 from ghostless.web.held import LONGPOLL, STREAM, Held
 from ghostless.web.sse import CREDENTIAL_CHECK
+from tests.support.wait import wait_until
 
 from .helpers import task_in
 from .sse_client import open_sse

@@ -6,10 +6,18 @@ import pytest
 
 from ghostless import State
 from tests.apps.basic import SLOW_BEAT_LEASE, gate_key
-from tests.worker.helpers import (
-    LEASE, OWNER, horse_of, logged, raw_result, server_now, transitions, wait_logged, wait_terminal,
-)
 from tests.support.wait import wait_until
+from tests.worker.helpers import (
+    LEASE,
+    OWNER,
+    horse_of,
+    logged,
+    raw_result,
+    server_now,
+    transitions,
+    wait_logged,
+    wait_terminal,
+)
 
 pytestmark = pytest.mark.slow
 

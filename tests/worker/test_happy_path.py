@@ -3,10 +3,15 @@ progress events, history, retries, permanent errors, bad results and the type al
 import pytest
 
 from ghostless import State
-from tests.worker.helpers import (
-    OWNER, logged, side_log, stream_events, verbs, wait_terminal,
-)
 from tests.support.wait import wait_until
+from tests.worker.helpers import (
+    OWNER,
+    logged,
+    side_log,
+    stream_events,
+    verbs,
+    wait_terminal,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -4,10 +4,10 @@ import os
 import threading
 
 from ghostless import State
-from ghostless.execution.context import TaskContext
 from ghostless.core.errors import AttemptEnded
-from ghostless.execution.heartbeat import Heartbeat, _Beater
 from ghostless.core.models import Lease
+from ghostless.execution.context import TaskContext
+from ghostless.execution.heartbeat import Heartbeat, _Beater
 from ghostless.execution.runner import execute
 from tests.support.wait import wait_until
 

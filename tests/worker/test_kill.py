@@ -6,8 +6,8 @@ import signal
 import pytest
 
 from ghostless import State
-from tests.worker.helpers import OWNER, horse_of, logged, verbs, wait_logged, wait_terminal
 from tests.support.wait import wait_until
+from tests.worker.helpers import OWNER, horse_of, logged, verbs, wait_logged, wait_terminal
 
 pytestmark = pytest.mark.slow
 

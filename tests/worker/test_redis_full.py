@@ -4,8 +4,8 @@ sweeper must still be there to reclaim it once memory is freed."""
 import pytest
 
 from ghostless import State
-from tests.worker.helpers import LEASE, OWNER, logged, transitions, wait_logged, wait_terminal
 from tests.support.wait import wait_for_server_time, wait_until
+from tests.worker.helpers import LEASE, OWNER, logged, transitions, wait_logged, wait_terminal
 
 pytestmark = pytest.mark.slow
 

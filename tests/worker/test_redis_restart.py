@@ -9,10 +9,17 @@ from ghostless import Config, Engine, State
 from ghostless.execution.rq_dispatch import rq_queue_name
 from tests.apps import basic
 from tests.apps.basic import gate_key
-from tests.worker.helpers import (
-    LEASE, NS, OWNER, logged, server_now, transitions, wait_logged, wait_terminal,
-)
 from tests.support.wait import wait_until
+from tests.worker.helpers import (
+    LEASE,
+    NS,
+    OWNER,
+    logged,
+    server_now,
+    transitions,
+    wait_logged,
+    wait_terminal,
+)
 
 pytestmark = pytest.mark.slow
 

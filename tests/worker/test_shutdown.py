@@ -8,11 +8,18 @@ import pytest
 
 from ghostless import State
 from tests.apps.basic import SLOW_BEAT_LEASE, gate_key
-from tests.worker.helpers import (
-    LEASE, OWNER, logged, server_now, transitions, wait_logged, wait_status, wait_terminal,
-)
 from tests.support.procs import running
 from tests.support.wait import wait_until
+from tests.worker.helpers import (
+    LEASE,
+    OWNER,
+    logged,
+    server_now,
+    transitions,
+    wait_logged,
+    wait_status,
+    wait_terminal,
+)
 
 pytestmark = pytest.mark.slow
 

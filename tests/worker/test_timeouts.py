@@ -2,8 +2,8 @@
 import pytest
 
 from ghostless import State
-from tests.worker.helpers import OWNER, logged, transitions, wait_logged, wait_terminal
 from tests.support.wait import wait_until
+from tests.worker.helpers import OWNER, logged, transitions, wait_logged, wait_terminal
 
 pytestmark = pytest.mark.slow
 
