@@ -65,7 +65,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 problems.append(f"{tid}: {status} {'missing from' if tid not in members[LINE] else 'in'} "
                                 f"the ready line")
             if status == State.PROCESSING.value:
-                parts = [int(lease_until), int(attempt_dl)] + ([int(stage_dl)] if int(stage_dl or 0) else [])
+                parts = [int(lease_until or 0), int(attempt_dl or 0)] + ([int(stage_dl)] if stage_dl and int(stage_dl) else [])
                 score = members["leases"].get(tid)
                 if score is not None and int(score) != min(parts):
                     problems.append(f"{tid}: lease score {int(score)} != deadline {min(parts)}")

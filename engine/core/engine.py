@@ -38,7 +38,7 @@ from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts, SubmitArgs
 from .server import check_server
 from .states import State
-from .text import text_or_none
+from .text import text, text_or_none
 from .users import Users
 from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
 
@@ -119,7 +119,7 @@ class Engine(LeaseCalls, Management):
 
     def queues(self) -> list[str]:
         """Every queue with registered types or submitted tasks."""
-        found = {text_or_none(q) for q in self.redis.smembers(self.keys.queues())}
+        found = {text(q) for q in self.redis.smembers(self.keys.queues())}
         return sorted(found | set(self.registry.queues()))
 
     # -- client calls -----------------------------------------------------------------------------
@@ -271,7 +271,7 @@ class Engine(LeaseCalls, Management):
         if parse_task_id(task_id) is None:
             return {}
         raw = self.redis.hgetall(self.keys.task(task_id).checkpoints)
-        return {text_or_none(k): json.loads(v) for k, v in raw.items()}
+        return {text(k): json.loads(v) for k, v in raw.items()}
 
     def enable_notifications(self, secret: str, **options) -> None:
         """Register webhook delivery (engine/core/notify.py): ``secret`` signs every request."""
@@ -290,7 +290,7 @@ class Engine(LeaseCalls, Management):
     def notifications(self, task_id: str) -> list[Task]:
         """The delivery tasks made for a task's notifications, oldest first (their history is the
         delivery history)."""
-        ids = [text_or_none(i)
+        ids = [text(i)
                for i in self.redis.lrange(self._keys(task_id).notifications, 0, -1)]
         return [t for t in self.get_many(ids) if t is not None]
 

@@ -21,7 +21,7 @@ from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisF
 from .keys import parse_task_id
 from .models import Lease
 from .states import State
-from .text import text_or_none
+from .text import text, text_or_none
 from .validate import duration_ms as _duration_ms, text as _text
 
 if TYPE_CHECKING:
@@ -168,8 +168,7 @@ class LeaseCalls:
         """
         row = self.redis.hmget(self._keys(task_id).task, "status", "claim_id", "token", "attempt", "type",
                                "worker", "lease_ms", "max_attempts")
-        status, cid, token, attempt, type_name, worker, lease_ms, max_attempts = (
-            text_or_none(v) for v in row)
+        status, cid, token, attempt, type_name, worker, lease_ms, max_attempts = (text(v) for v in row)
         if status != State.PROCESSING.value or cid != claim_id:
             return None
         return Lease(task_id=task_id, token=int(token), attempt=int(attempt), args=None, type=type_name,
@@ -237,6 +236,7 @@ class LeaseCalls:
 
     def _retry_now(self, task_id: str) -> None:
         reply = self.scripts.promote(self.keys.task(task_id))
+        assert reply is not None  # not on a pipeline
         if reply[0] == Code.OK and self.dispatcher.active:
             self.dispatch(task_id)
 

@@ -5,6 +5,7 @@ the Engine like engine/core/lease_calls.py).
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING, Any
 
 from ghostless.core import dependencies as deps
 
@@ -16,10 +17,33 @@ from .states import State
 from .text import text_or_none
 from .validate import text as _text
 
+if TYPE_CHECKING:
+    from .dispatch import Dispatcher
+    from .keys import Keys, TaskKeys
+    from .registry import Registry, TaskType
+    from .scripts import Scripts
+
 
 class Management:
     """Mixed into Engine; uses its redis, keys, registry, scripts, dispatcher and its helpers
     (``_keys``, ``_require``, ``_args_json``, ``dispatch``, ``get``, ``list_tasks``)."""
+
+    # What Engine sets in __init__ and defines, declared here for the type checker.
+    redis: Any
+    keys: Keys
+    registry: Registry
+    scripts: Scripts
+    dispatcher: Dispatcher
+
+    if TYPE_CHECKING:
+        def _keys(self, task_id: str) -> TaskKeys: ...
+        def _require(self, task_id: str) -> Task: ...
+        def _args_json(self, args: Any, tt: TaskType, quota: Quota | None) -> str: ...
+        def dispatch(self, task_id: str) -> str | None: ...
+        def get(self, task_id: str, owner: str | None = None) -> Task | None: ...
+        def list_tasks(self, owner: str | None = None, status: str | None = None, type: str | None = None,
+                       queue: str | None = None, limit: int = 50, cursor: str | None = None) -> Any: ...
+        def queues(self) -> list[str]: ...
 
     def cancel(self, task_id: str, *, by: str, admin: bool = False, reason: str = "") -> None:
         """Cancel a task that has not ended. Raises TaskNotFound (also for another owner's task),
@@ -39,6 +63,7 @@ class Management:
         by = _text("by", by)
         old_keys = self._keys(task_id)
         queue = parse_task_id(task_id)
+        assert queue is not None  # _keys refused a malformed id
         new_id = new_task_id(queue)
         owner, type_name = (text_or_none(v)
                             for v in self.redis.hmget(old_keys.task, "owner", "type"))
@@ -68,11 +93,12 @@ class Management:
         lapsed: PROCESSING -> TIMEOUT -> RETRY_WAITING, retried at once (or TIMEOUT when no attempt
         remains). Returns the state it is in then. Raises IllegalTransition when not PROCESSING."""
         reply = self.scripts.expire(self._keys(task_id), task_id, _text("by", by))
+        assert reply is not None  # not on a pipeline
         if reply[0] == Code.NOT_DUE:
-            raise IllegalTransition(task_id, self.get(task_id).status.value, "reclaim")
+            raise IllegalTransition(task_id, self._require(task_id).status.value, "reclaim")
         if reply[1] == State.PENDING.value and self.dispatcher.active:  # promoted in the same call
             self.dispatch(task_id)
-        return self.get(task_id).status
+        return self._require(task_id).status
 
     def retry_failed(self, type: str, *, by: str, queue: str | None = None) -> int:
         """Admin: manual ``retry`` of every FAILED task of a type. Returns how many were reopened."""

@@ -318,14 +318,14 @@ class Scripts:
         One atomic script per queue, all in one round trip without MULTI/EXEC, so it reads a
         Redis at maxmemory too.
         """
-        by_queue: dict[str, list[str]] = {}
-        for task_id, _keys in task_keys.items():
+        by_queue: dict[str | None, list[str]] = {}
+        for task_id in task_keys:
             by_queue.setdefault(parse_task_id(task_id), []).append(task_id)
         head = ["1" if owner is None else "0", owner or "", "1" if full else "0"]
         pipe = self.redis.pipeline(transaction=False)
         for ids in by_queue.values():
             self._call("read", [k for i in ids for k in task_keys[i]], [*head, *ids], client=pipe)
-        out = {}
+        out: dict[str, Any] = {}
         for ids, reply in zip(by_queue.values(), pipe.execute() if by_queue else []):
             out.update(zip(ids, parse(reply)[1:]))
         return out

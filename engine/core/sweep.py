@@ -204,8 +204,10 @@ class Wake:
         self.event = threading.Event()
         self._stop = stop
         threading.Thread(target=self._listen, args=(engine,), name="ghostless-wake", daemon=True).start()
-        threading.Thread(target=lambda: (stop.wait(), self.event.set()), name="ghostless-wake-stop",
-                         daemon=True).start()
+        def wake_on_stop() -> None:
+            stop.wait()
+            self.event.set()
+        threading.Thread(target=wake_on_stop, name="ghostless-wake-stop", daemon=True).start()
 
     def _listen(self, engine) -> None:
         errors = 0

@@ -7,6 +7,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from redis.exceptions import WatchError
 
@@ -30,7 +31,7 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _code_shaped(code: object) -> bool:
+def _code_shaped(code: object) -> TypeGuard[str]:
     return isinstance(code, str) and 8 <= len(code) <= 128 and code.isascii()
 
 
@@ -146,7 +147,8 @@ class Users:
         raw = self.redis.hget(self.keys.users(), text(name)) if name else None
         if not raw or not json.loads(raw)["tokens"]:
             return None
-        return self.get(text(name)), json.loads(raw)["tokens"][-1]
+        user = self.get(text(name))
+        return (user, json.loads(raw)["tokens"][-1]) if user is not None else None
 
     def authenticate(self, token: object) -> User | None:
         """The user a token belongs to, or None (also for malformed input)."""
