@@ -12,6 +12,7 @@ Environment: ``GHOSTLESS_REDIS_URL`` (a private redis-server, never the shared 6
 Plain-RQ counterparts live in bench/plain_jobs.py (no engine import: a plain RQ horse should pay
 for nothing ghostless needs).
 """
+
 from __future__ import annotations
 
 import os

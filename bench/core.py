@@ -18,6 +18,7 @@ The engine runs without an executor (dispatcher=None): a lifecycle is exactly th
 
 Run: .venv/bin/python bench/core.py  (30 s on an idle 2-core machine, about a minute under load)
 """
+
 from __future__ import annotations
 
 import json
@@ -67,19 +68,30 @@ def measure(r, label: str, n: int, fn) -> dict:
     with Timer() as t:
         fn()
     calls, usec = script_stats(r)
-    return {"label": label, "n": n, "rate": n / t.wall, "client_us": t.cpu / n * 1e6,
-            "script_us": usec / n, "calls": calls / n, "server_cpu_us": (server_cpu(r) - cpu0) / n * 1e6}
+    return {
+        "label": label,
+        "n": n,
+        "rate": n / t.wall,
+        "client_us": t.cpu / n * 1e6,
+        "script_us": usec / n,
+        "calls": calls / n,
+        "server_cpu_us": (server_cpu(r) - cpu0) / n * 1e6,
+    }
 
 
 def main() -> int:
     print(machine())
     size = {name: len(json.dumps(v, separators=(",", ":"))) for name, v in (("args", ARGS), ("result", RESULT))}
-    print(f"core bench: {ROUNDS} interleaved rounds; batch {BATCH}; args {size['args']} B of JSON, "
-          f"result {size['result']} B; engine without executor (dispatcher=None)")
+    print(
+        f"core bench: {ROUNDS} interleaved rounds; batch {BATCH}; args {size['args']} B of JSON, "
+        f"result {size['result']} B; engine without executor (dispatcher=None)"
+    )
     with private_redis(*AOF_EVERYSEC) as server, private_redis() as plain_server:
         r, r_plain = server.client(), plain_server.client()
-        print(f"private redis-server: {persistence(r)} (the persistence ghostless recommends); a second one with "
-              f"{persistence(r_plain)} for the diagnostic phase lifecycle-P-noAOF")
+        print(
+            f"private redis-server: {persistence(r)} (the persistence ghostless recommends); a second one with "
+            f"{persistence(r_plain)} for the diagnostic phase lifecycle-P-noAOF"
+        )
         engine = Engine(r, namespace="bench", dispatcher=None)
         quiet = logging.getLogger("ghostless")
         level = quiet.level
@@ -87,13 +99,16 @@ def main() -> int:
         plain = Engine(r_plain, namespace="bench", dispatcher=None)
         quiet.setLevel(level)
         for e in (engine, plain):
+
             @e.task(name=TYPE, queue="core", lease=60, timeout=600)
             def bench_job(ctx, prompt):  # pragma: no cover - never run
                 return None
 
         verify_shim(engine, TYPE, ARGS, RESULT)
-        print("shim: the script calls the LOCAL SHIM captures from Engine.submit/claim/complete match what they "
-              "send (verified)")
+        print(
+            "shim: the script calls the LOCAL SHIM captures from Engine.submit/claim/complete match what they "
+            "send (verified)"
+        )
 
         trivial = r.register_script("return 1")
         trivial()  # loaded before any timing
@@ -140,17 +155,26 @@ def main() -> int:
                 ("lifecycle-P", N_LIFE_P, lambda: pipelined_lifecycles(engine, TYPE, ARGS, RESULT, N_LIFE_P, BATCH)),
                 ("fat-1", N_TRIVIAL_1, lambda: fat_1(N_TRIVIAL_1)),
                 ("fat-P", N_TRIVIAL_P, lambda: trivial_p(N_TRIVIAL_P, fat_keys, fat_args)),
-                ("lifecycle-P-noAOF", N_LIFE_P,
-                 lambda: pipelined_lifecycles(plain, TYPE, ARGS, RESULT, N_LIFE_P, BATCH)),
+                (
+                    "lifecycle-P-noAOF",
+                    N_LIFE_P,
+                    lambda: pipelined_lifecycles(plain, TYPE, ARGS, RESULT, N_LIFE_P, BATCH),
+                ),
             ]:
                 got[label] = measure(r_plain if label.endswith("noAOF") else r, label, n, fn)
             rounds.append(got)
-            print(f"round {i + 1}: " + " | ".join(
-                f"{k} {v['rate']:,.0f}/s srv {v['script_us']:.1f}us" for k, v in got.items()))
+            print(
+                f"round {i + 1}: "
+                + " | ".join(f"{k} {v['rate']:,.0f}/s srv {v['script_us']:.1f}us" for k, v in got.items())
+            )
 
-        med = {label: {k: median([rd[label][k] for rd in rounds]) for k in ("rate", "client_us", "script_us",
-                                                                               "calls", "server_cpu_us")}
-               for label in rounds[0]}
+        med = {
+            label: {
+                k: median([rd[label][k] for rd in rounds])
+                for k in ("rate", "client_us", "script_us", "calls", "server_cpu_us")
+            }
+            for label in rounds[0]
+        }
         for label in med:
             med[label]["script_us_min"] = min(rd[label]["script_us"] for rd in rounds)
         ratio_1 = median([rd["lifecycle-1"]["rate"] / (rd["trivial-1"]["rate"] / 3) for rd in rounds])
@@ -159,40 +183,54 @@ def main() -> int:
         fat_ratio_p = median([rd["lifecycle-P"]["rate"] / (rd["fat-P"]["rate"] / 3) for rd in rounds])
 
         print("\nmedians over rounds (per unit: a call for trivial/fat, a full lifecycle for lifecycle):")
-        print(f"  {'phase':<18} {'rate':>10} {'script calls':>13} {'server script us':>17} {'(min)':>7} "
-              f"{'server proc cpu us':>19} {'client cpu us':>14}")
+        print(
+            f"  {'phase':<18} {'rate':>10} {'script calls':>13} {'server script us':>17} {'(min)':>7} "
+            f"{'server proc cpu us':>19} {'client cpu us':>14}"
+        )
         for label, m in med.items():
-            print(f"  {label:<18} {m['rate']:>8,.0f}/s {m['calls']:>13.2f} {m['script_us']:>17.1f} "
-                  f"{m['script_us_min']:>7.1f} {m['server_cpu_us']:>19.1f} {m['client_us']:>14.1f}")
-        print("  server script us: INFO commandstats usec of EVALSHA (time inside the script, which a busy machine "
-              "stretches); server proc cpu us: INFO cpu user+sys of redis-server (includes protocol I/O)")
-        print(f"  lifecycle / (fat EVALSHA / 3): unpipelined {fat_ratio_1:.2f}, pipelined {fat_ratio_p:.2f} "
-              "(diagnostic: same argument volume, no script work)")
+            print(
+                f"  {label:<18} {m['rate']:>8,.0f}/s {m['calls']:>13.2f} {m['script_us']:>17.1f} "
+                f"{m['script_us_min']:>7.1f} {m['server_cpu_us']:>19.1f} {m['client_us']:>14.1f}"
+            )
+        print(
+            "  server script us: INFO commandstats usec of EVALSHA (time inside the script, which a busy machine "
+            "stretches); server proc cpu us: INFO cpu user+sys of redis-server (includes protocol I/O)"
+        )
+        print(
+            f"  lifecycle / (fat EVALSHA / 3): unpipelined {fat_ratio_1:.2f}, pipelined {fat_ratio_p:.2f} "
+            "(diagnostic: same argument volume, no script work)"
+        )
 
         for mode, tl, ll in (("unpipelined", "trivial-1", "lifecycle-1"), ("pipelined", "trivial-P", "lifecycle-P")):
             need = 1e6 / (RATIO_TARGET * med[tl]["rate"] / 3)
-            print(f"  {mode}: the ratio target allows {need:,.0f} us of wall time per lifecycle; measured per "
-                  f"lifecycle: {1e6 / med[ll]['rate']:,.0f} us wall = client CPU {med[ll]['client_us']:,.0f} us + "
-                  f"server script {med[ll]['script_us']:,.0f} us + waiting (one connection: these do not overlap)")
+            print(
+                f"  {mode}: the ratio target allows {need:,.0f} us of wall time per lifecycle; measured per "
+                f"lifecycle: {1e6 / med[ll]['rate']:,.0f} us wall = client CPU {med[ll]['client_us']:,.0f} us + "
+                f"server script {med[ll]['script_us']:,.0f} us + waiting (one connection: these do not overlap)"
+            )
 
         for mode, ll in (("unpipelined", "lifecycle-1"), ("pipelined", "lifecycle-P")):
             m = med[ll]
-            print(f"  {mode}: noise-free estimate from CPU per lifecycle (client and server take turns): "
-                  f"1e6 / ({m['client_us']:.0f} + {m['server_cpu_us']:.0f} us) = "
-                  f"{1e6 / (m['client_us'] + m['server_cpu_us']):,.0f} lifecycles/s")
+            print(
+                f"  {mode}: noise-free estimate from CPU per lifecycle (client and server take turns): "
+                f"1e6 / ({m['client_us']:.0f} + {m['server_cpu_us']:.0f} us) = "
+                f"{1e6 / (m['client_us'] + m['server_cpu_us']):,.0f} lifecycles/s"
+            )
 
         breakdown(r, engine)
 
         srv_1, srv_p = med["lifecycle-1"]["script_us"], med["lifecycle-P"]["script_us"]
         ok = ratio_1 >= RATIO_TARGET and ratio_p >= RATIO_TARGET and max(srv_1, srv_p) <= SERVER_US_TARGET
-        print(f"\ncore: lifecycle {med['lifecycle-1']['rate']:,.0f}/s unpipelined = {ratio_1:.2f} x "
-              f"(evalsha {med['trivial-1']['rate']:,.0f}/s / 3) [target >= {RATIO_TARGET}] "
-              f"{verdict(ratio_1 >= RATIO_TARGET)} | pipelined {med['lifecycle-P']['rate']:,.0f}/s = "
-              f"{ratio_p:.2f} x (evalsha {med['trivial-P']['rate']:,.0f}/s / 3) [target >= {RATIO_TARGET}] "
-              f"{verdict(ratio_p >= RATIO_TARGET)} | server {srv_p:.0f} us/lifecycle pipelined, "
-              f"{srv_1:.0f} us unpipelined (min {med['lifecycle-P']['script_us_min']:.0f}/"
-              f"{med['lifecycle-1']['script_us_min']:.0f}) [target <= {SERVER_US_TARGET:.0f}] "
-              f"{verdict(max(srv_1, srv_p) <= SERVER_US_TARGET)} | {verdict(ok)}")
+        print(
+            f"\ncore: lifecycle {med['lifecycle-1']['rate']:,.0f}/s unpipelined = {ratio_1:.2f} x "
+            f"(evalsha {med['trivial-1']['rate']:,.0f}/s / 3) [target >= {RATIO_TARGET}] "
+            f"{verdict(ratio_1 >= RATIO_TARGET)} | pipelined {med['lifecycle-P']['rate']:,.0f}/s = "
+            f"{ratio_p:.2f} x (evalsha {med['trivial-P']['rate']:,.0f}/s / 3) [target >= {RATIO_TARGET}] "
+            f"{verdict(ratio_p >= RATIO_TARGET)} | server {srv_p:.0f} us/lifecycle pipelined, "
+            f"{srv_1:.0f} us unpipelined (min {med['lifecycle-P']['script_us_min']:.0f}/"
+            f"{med['lifecycle-1']['script_us_min']:.0f}) [target <= {SERVER_US_TARGET:.0f}] "
+            f"{verdict(max(srv_1, srv_p) <= SERVER_US_TARGET)} | {verdict(ok)}"
+        )
     return 0
 
 
@@ -231,15 +269,20 @@ def breakdown(r, engine, n: int = 3000) -> None:
             yield name, keys, argv
 
     phase("submit", submits())
-    phase("claim", (claim_call(engine, tid, "w1") for tid in ids),
-          lambda rep: leases.append(lease_of(ids[len(leases)], "w1", rep)))
+    phase(
+        "claim",
+        (claim_call(engine, tid, "w1") for tid in ids),
+        lambda rep: leases.append(lease_of(ids[len(leases)], "w1", rep)),
+    )
     phase("complete", (complete_call(engine, lease, RESULT) for lease in leases))
 
     keys = list(engine.keys.task(ids[0]))
     args = [*engine.config.script_argv(), *range(16)]
     prefix = source("claim").split("-- lua/claim.lua")[0]
-    for label, body in [("empty script, same keys/args", "return 1"),
-                        ("preamble + claim's lua/lib, then return", prefix + "\ndo return 1 end")]:
+    for label, body in [
+        ("empty script, same keys/args", "return 1"),
+        ("preamble + claim's lua/lib, then return", prefix + "\ndo return 1 end"),
+    ]:
         script = r.register_script(body)
         script(keys=keys, args=args)
         reset_stats(r)
@@ -249,8 +292,10 @@ def breakdown(r, engine, n: int = 3000) -> None:
         pipe.execute()
         out[label] = script_stats(r)[1] / n
     print("server script us per call, pipelined (diagnostic): " + ", ".join(f"{k} {v:.1f}" for k, v in out.items()))
-    print("  of which redis.call() commands (their own commandstats usec; the rest is Lua and call overhead): "
-          + ", ".join(f"{k} {c:.0f} commands {u:.1f} us" for k, (c, u) in inner.items()))
+    print(
+        "  of which redis.call() commands (their own commandstats usec; the rest is Lua and call overhead): "
+        + ", ".join(f"{k} {c:.0f} commands {u:.1f} us" for k, (c, u) in inner.items())
+    )
 
 
 if __name__ == "__main__":

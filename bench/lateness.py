@@ -7,6 +7,7 @@ against a private redis-server; the bench claims each task itself and fails it w
 0.2-0.5 s later, at random moments of the sweeper's sleep. Both ends are Redis server time: the
 task's ``next_retry_at`` written by fail.lua and the ``promote`` event's time in its history.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,9 +59,9 @@ def main() -> int:
         os.environ["GHOSTLESS_REDIS_URL"] = srv.url
         os.environ["GHOSTLESS_BENCH_NS"] = "bench"
         import bench.app
+
         engine = importlib.reload(bench.app).engine  # on this server, even if imported before
-        sweeper = start_sweeper(app_env(srv.url, "bench", GHOSTLESS_BENCH_NS="bench"), "bench.app:engine",
-                                interval=1.0)
+        sweeper = start_sweeper(app_env(srv.url, "bench", GHOSTLESS_BENCH_NS="bench"), "bench.app:engine", interval=1.0)
         try:
             wait_until(lambda: "sweeper started" in sweeper.output(), 30, what="the sweeper")
             late = promotion_lateness(engine, a.trials)

@@ -3,6 +3,7 @@
 The Redis connection is the one RQ gives the running job (``get_current_connection`` is gone in
 RQ 2+; the job carries its connection).
 """
+
 from __future__ import annotations
 
 import os

@@ -23,6 +23,7 @@ all in one run against one private redis-server:
 
 p99 is nearest-rank: with fewer than 100 trials it is the maximum.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,8 +75,10 @@ def nearest_rank(values: list[float], q: float) -> float:
 def summary(values: list[float]) -> str:
     if not values:
         return "no samples"
-    return (f"n={len(values)} p50={nearest_rank(values, 0.5):.3f}s p99={nearest_rank(values, 0.99):.3f}s "
-            f"min={min(values):.3f}s mean={statistics.mean(values):.3f}s max={max(values):.3f}s")
+    return (
+        f"n={len(values)} p50={nearest_rank(values, 0.5):.3f}s p99={nearest_rank(values, 0.99):.3f}s "
+        f"min={min(values):.3f}s mean={statistics.mean(values):.3f}s max={max(values):.3f}s"
+    )
 
 
 def kill(pid: int) -> None:
@@ -86,12 +89,16 @@ def kill(pid: int) -> None:
 
 
 def the_horse(proc: Proc, timeout: float = 10.0) -> int:
-    return wait_until(lambda: (lambda c: c[0] if len(c) == 1 else None)(proc.children()), timeout,
-                      what=f"the work-horse of pid {proc.pid}")
+    return wait_until(
+        lambda: (lambda c: c[0] if len(c) == 1 else None)(proc.children()),
+        timeout,
+        what=f"the work-horse of pid {proc.pid}",
+    )
 
 
 def registered(r, names: list[str]) -> bool:
     from rq import worker_registration
+
     keys = {k.decode() if isinstance(k, bytes) else k for k in worker_registration.get_keys(connection=r)}
     return all(f"rq:worker:{n}" in keys for n in names)
 
@@ -135,8 +142,13 @@ def ghostless_horse(engine, env, r, trials: int, spawned: list) -> list[dict]:
         entered = entries(r, key)[2]
         hist = engine.history(task.id)
         reported = next(e.at for e in hist if e.verb == "fail" and "worker_lost" in e.reason)
-        out.append({"latency": (entered - t_kill) / 1e6, "report": reported - t_kill / 1e6,
-                    "reason": next(e.reason for e in hist if e.verb == "fail")})
+        out.append(
+            {
+                "latency": (entered - t_kill) / 1e6,
+                "report": reported - t_kill / 1e6,
+                "reason": next(e.reason for e in hist if e.verb == "fail"),
+            }
+        )
         wait_until(lambda: engine.get(task.id).terminal, 30, what="task done")
     for w in workers:  # they would take the next scenario's tasks
         stop(w)
@@ -175,9 +187,15 @@ def ghostless_whole(engine, env, r, type_name: str, lease: float, n: int, spawne
         entered = entries(r, keys[t.id])[2]
         hist = engine.history(t.id)
         expired = next(e for e in hist if e.verb == "expire")
-        out.append({"latency": (entered - kills[t.id]) / 1e6, "expire_after_kill": expired.at - kills[t.id] / 1e6,
-                    "entry_after_expire": entered / 1e6 - expired.at, "reason": expired.reason,
-                    "expire_after_deadline": expired.at - deadlines[t.id] / 1000})
+        out.append(
+            {
+                "latency": (entered - kills[t.id]) / 1e6,
+                "expire_after_kill": expired.at - kills[t.id] / 1e6,
+                "entry_after_expire": entered / 1e6 - expired.at,
+                "reason": expired.reason,
+                "expire_after_deadline": expired.at - deadlines[t.id] / 1000,
+            }
+        )
     wait_until(lambda: all(engine.get(t.id).terminal for t in tasks), 30, what="every task done")
     for w in rescuers:  # they would take the next scenario's tasks
         stop(w)
@@ -188,9 +206,9 @@ def ghostless_whole(engine, env, r, type_name: str, lease: float, n: int, spawne
 def plain_enqueue(r, queue: str, label: str, retry: bool):
     from rq import Queue, Retry
     from rq.serializers import JSONSerializer
+
     q = Queue(queue, connection=r, serializer=JSONSerializer)
-    return q.enqueue("bench.plain_jobs.victim", label, 600.0, job_timeout=900,
-                     retry=Retry(max=1) if retry else None)
+    return q.enqueue("bench.plain_jobs.victim", label, 600.0, job_timeout=900, retry=Retry(max=1) if retry else None)
 
 
 def plain_whole_start(url: str, r, n: int, spawned: list) -> dict:
@@ -205,8 +223,11 @@ def plain_whole_start(url: str, r, n: int, spawned: list) -> dict:
             label = f"{queue}-{uuid.uuid4().hex[:8]}"
             plain_enqueue(r, queue, label, retry="retry" in queue)
             labels.append(label)
-        wait_until(lambda: all(1 in entries(r, f"bench:plain:entered:{lb}") for lb in labels), 90,
-                   what=f"plain victims running ({queue})")
+        wait_until(
+            lambda: all(1 in entries(r, f"bench:plain:entered:{lb}") for lb in labels),
+            90,
+            what=f"plain victims running ({queue})",
+        )
         for v in victims:
             horse = the_horse(v)
             t_kill = server_us(r)
@@ -229,8 +250,12 @@ def plain_whole_result(r, kills: dict, cap: float) -> dict:
             if 2 in e:
                 recovered.append(e[2])
         waited = (server_us(r) - max(t_kills)) / 1e6
-        out[variant] = {"n": len(labels), "recovered": len(recovered), "waited": waited,
-                        "latencies": [(e - min(t_kills)) / 1e6 for e in recovered]}
+        out[variant] = {
+            "n": len(labels),
+            "recovered": len(recovered),
+            "waited": waited,
+            "latencies": [(e - min(t_kills)) / 1e6 for e in recovered],
+        }
     return out
 
 
@@ -269,9 +294,12 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=20, help="trials per scenario (>= 20 for the report)")
     ap.add_argument("--cap", type=float, default=120.0, help="seconds to wait for plain RQ to re-run a job")
     ap.add_argument("--plain-whole", type=int, default=5, help="plain RQ whole-worker victims per variant")
-    ap.add_argument("--horse-wait", type=float, default=2.0,
-                    help="seconds to watch each no-retry plain RQ horse-kill trial (all are checked again "
-                         "at the end, after --cap)")
+    ap.add_argument(
+        "--horse-wait",
+        type=float,
+        default=2.0,
+        help="seconds to watch each no-retry plain RQ horse-kill trial (all are checked again at the end, after --cap)",
+    )
     a = ap.parse_args()
     print(machine())
     # AOF on (appendfsync everysec), as a ghostless Redis should run; every scenario shares it.
@@ -279,6 +307,7 @@ def main() -> int:
         os.environ["GHOSTLESS_REDIS_URL"] = srv.url
         os.environ["GHOSTLESS_BENCH_NS"] = NS
         from bench.app import engine
+
         env = app_env(srv.url, NS, GHOSTLESS_BENCH_NS=NS)
         r = srv.client()
         spawned: list[Proc] = []
@@ -309,9 +338,11 @@ def main() -> int:
                 time.sleep(left)
             plain_whole = plain_whole_result(r, plain_kills, a.cap)
             # the no-retry horse-kill jobs, checked again after the full cap
-            late = sum(1 for k in r.scan_iter("bench:plain:entered:plain-horse-*")
-                       if not k.decode().startswith("bench:plain:entered:plain-horse-retry")
-                       and 2 in entries(r, k.decode()))
+            late = sum(
+                1
+                for k in r.scan_iter("bench:plain:entered:plain-horse-*")
+                if not k.decode().startswith("bench:plain:entered:plain-horse-retry") and 2 in entries(r, k.decode())
+            )
             problems = engine.check()
         finally:
             for p in spawned:
@@ -321,8 +352,7 @@ def main() -> int:
     print("== recovery latency: SIGKILL -> another worker enters the task function (Redis TIME) ==")
     lat = [x["latency"] for x in horse]
     ok = nearest_rank(lat, 0.99) <= HORSE_TARGET
-    print(f"ghostless, horse killed:           {summary(lat)}  target p99<={HORSE_TARGET}s "
-          f"{'PASS' if ok else 'FAIL'}")
+    print(f"ghostless, horse killed:           {summary(lat)}  target p99<={HORSE_TARGET}s {'PASS' if ok else 'FAIL'}")
     print(f"    kill -> worker_lost recorded:  {summary([x['report'] for x in horse])}")
     print(f"    reason: {horse[0]['reason']!r}")
     results = [ok]
@@ -330,26 +360,34 @@ def main() -> int:
         lat = [x["latency"] for x in rows]
         ok = nearest_rank(lat, 0.99) <= lease + SLACK
         results.append(ok)
-        print(f"ghostless, whole worker, lease {lease:>4g}s: {summary(lat)}  target p99<={lease + SLACK:g}s "
-              f"{'PASS' if ok else 'FAIL'}")
+        print(
+            f"ghostless, whole worker, lease {lease:>4g}s: {summary(lat)}  target p99<={lease + SLACK:g}s "
+            f"{'PASS' if ok else 'FAIL'}"
+        )
         print(f"    kill -> expire:                {summary([x['expire_after_kill'] for x in rows])}")
         print(f"    lease deadline -> expire:      {summary([x['expire_after_deadline'] for x in rows])}")
         print(f"    expire -> entry:               {summary([x['entry_after_expire'] for x in rows])}")
         print(f"    reasons: {sorted({x['reason'] for x in rows})}")
     print(f"ghostless, promotion lateness of short retries: {summary(late_retries)}")
-    print(f"plain RQ, horse killed, no retry:  re-run {len(ph_default['latencies'])}/{a.trials} "
-          f"within {a.horse_wait:g}s of the kill; re-run later (checked after the cap): {late}; "
-          f"job states {ph_default['states']}")
-    print(f"plain RQ, horse killed, Retry(max=1): {summary(ph_retry['latencies'])}; "
-          f"not re-run within 30s: {ph_retry['not_rerun']}; job states {ph_retry['states']}")
+    print(
+        f"plain RQ, horse killed, no retry:  re-run {len(ph_default['latencies'])}/{a.trials} "
+        f"within {a.horse_wait:g}s of the kill; re-run later (checked after the cap): {late}; "
+        f"job states {ph_default['states']}"
+    )
+    print(
+        f"plain RQ, horse killed, Retry(max=1): {summary(ph_retry['latencies'])}; "
+        f"not re-run within 30s: {ph_retry['not_rerun']}; job states {ph_retry['states']}"
+    )
     for variant, res in plain_whole.items():
         if res["recovered"]:
             extra = summary(res["latencies"])
         else:
             extra = "-"
-        print(f"plain RQ, whole worker, {variant}: re-run {res['recovered']}/{res['n']} "
-              f"within {res['waited']:.0f}s of the last kill ({extra})"
-              + ("" if res["recovered"] else f": NOT RECOVERED within {res['waited']:.0f}s"))
+        print(
+            f"plain RQ, whole worker, {variant}: re-run {res['recovered']}/{res['n']} "
+            f"within {res['waited']:.0f}s of the last kill ({extra})"
+            + ("" if res["recovered"] else f": NOT RECOVERED within {res['waited']:.0f}s")
+        )
     print(f"engine.check(): {problems or 'OK'}")
     return 0 if all(results) and not problems else 1
 

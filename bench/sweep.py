@@ -18,6 +18,7 @@
 
 Run: .venv/bin/python bench/sweep.py  (about 100 s on an idle 2-core machine; 2.5 min under load)
 """
+
 from __future__ import annotations
 
 import secrets
@@ -129,8 +130,10 @@ def clone_tasks(engine, template_id: str, set_name: str, n: int, chunk: int = 50
     zsets = [k.index, engine.keys.owner_index(queue, owner), engine.keys.queue_key(queue, set_name)]
     idprefix = f"{queue}.{secrets.token_hex(4)}"
     for first in range(0, n, chunk):
-        clone(keys=[k.task, k.counts, *zsets],
-              args=[k.task[: -len(template_id)], idprefix, first, min(chunk, n - first), template_id])
+        clone(
+            keys=[k.task, k.counts, *zsets],
+            args=[k.task[: -len(template_id)], idprefix, first, min(chunk, n - first), template_id],
+        )
     return [f"{idprefix}{i:012x}" for i in range(n)]
 
 
@@ -140,6 +143,7 @@ def bench_tick(r) -> dict:
     empty = Engine(r, namespace="empty", dispatcher=IdleDispatcher())
     maker = Engine(r, namespace="big", dispatcher=None)  # makes the claimed templates (no dispatch, no delay)
     for e in (big, empty, maker):
+
         @e.task(name="delayed", queue="q", lease=3600, timeout=7200)
         def delayed(ctx, prompt):  # pragma: no cover - never run
             return None
@@ -166,9 +170,11 @@ def bench_tick(r) -> dict:
     assert sizes["index"] == BIG, sizes
     mem = r.info("memory")["used_memory"]
     index_share = r.memory_usage(big.keys.queue_key("q", "index"), samples=0) / sizes["index"]
-    print(f"(a) loaded {BIG:,} tasks in {load_s:.1f}s by cloning real-script templates "
-          f"(zset sizes: {sizes}); used_memory {mem / 2**20:,.0f} MiB, {(mem - mem0) / BIG:,.0f} B per task "
-          f"(mix of states; no stream entries); index zset {index_share:.0f} B per member at {sizes['index']:,}")
+    print(
+        f"(a) loaded {BIG:,} tasks in {load_s:.1f}s by cloning real-script templates "
+        f"(zset sizes: {sizes}); used_memory {mem / 2**20:,.0f} MiB, {(mem - mem0) / BIG:,.0f} B per task "
+        f"(mix of states; no stream entries); index zset {index_share:.0f} B per member at {sizes['index']:,}"
+    )
 
     for e in (big, empty):  # warm-up; and check that nothing is due
         rep = e.sweep()
@@ -188,8 +194,10 @@ def bench_tick(r) -> dict:
         n = BIG if label == "big" else 0
         print(f"(a) tick over {n:,} tasks: median {med:.3f} ms, p90 {p90:.3f} ms, due script {us:.0f} us server")
     med = out["big"][0]
-    print(f"sweep tick: {med:.2f} ms with {BIG:,} tasks none due (empty queue {out['empty'][0]:.2f} ms, "
-          f"ratio {med / out['empty'][0]:.2f}) [target <= {TICK_TARGET_MS} ms] {verdict(med <= TICK_TARGET_MS)}")
+    print(
+        f"sweep tick: {med:.2f} ms with {BIG:,} tasks none due (empty queue {out['empty'][0]:.2f} ms, "
+        f"ratio {med / out['empty'][0]:.2f}) [target <= {TICK_TARGET_MS} ms] {verdict(med <= TICK_TARGET_MS)}"
+    )
     return out
 
 
@@ -213,7 +221,7 @@ def reclaim(engine, type_name: str, n: int) -> dict:
     t0 = time.perf_counter()
     leases = load_claimed(engine, type_name, n)
     load_s = time.perf_counter() - t0
-    (_, last), = r.zrange(leases, -1, -1, withscores=True)
+    ((_, last),) = r.zrange(leases, -1, -1, withscores=True)
     wait_for_server_time(r, last, timeout=60)
     assert server_ms(r) > last
     reset_stats(r)
@@ -222,8 +230,12 @@ def reclaim(engine, type_name: str, n: int) -> dict:
     with RoundTrips() as trips, Timer() as t:
         while True:
             rep = engine.sweep(batch=1000)
-            expired, promoted, dispatched, ticks = (expired + rep.expired, promoted + rep.promoted,
-                                                    dispatched + rep.dispatched, ticks + 1)
+            expired, promoted, dispatched, ticks = (
+                expired + rep.expired,
+                promoted + rep.promoted,
+                dispatched + rep.dispatched,
+                ticks + 1,
+            )
             if not rep.expired:  # sweep() loops while batches are full: one call normally does it all
                 break
     wall, client = t.wall, t.cpu
@@ -231,10 +243,21 @@ def reclaim(engine, type_name: str, n: int) -> dict:
     commands = commands_processed(r) - cmd0 - 2  # minus the INFO calls in between
     cpu = server_cpu(r) - cpu0
     assert expired == n and r.zcard(leases) == 0, (expired, n)
-    return {"n": n, "rate": expired / wall, "wall": wall, "load_s": load_s, "promoted": promoted,
-            "dispatched": dispatched, "ticks": ticks, "script_us": usec / n, "calls": calls / n,
-            "client_us": client / n * 1e6, "server_cpu_us": cpu / n * 1e6, "trips": trips.count / n,
-            "commands": commands / n}
+    return {
+        "n": n,
+        "rate": expired / wall,
+        "wall": wall,
+        "load_s": load_s,
+        "promoted": promoted,
+        "dispatched": dispatched,
+        "ticks": ticks,
+        "script_us": usec / n,
+        "calls": calls / n,
+        "client_us": client / n * 1e6,
+        "server_cpu_us": cpu / n * 1e6,
+        "trips": trips.count / n,
+        "commands": commands / n,
+    }
 
 
 def bench_reclaim(r) -> dict:
@@ -257,17 +280,21 @@ def bench_reclaim(r) -> dict:
             return None
 
         res = results[label] = reclaim(engine, "short", n)
-        print(f"(b) {label}: {n:,} expired leases reclaimed in {res['wall']:.2f}s = {res['rate']:,.0f}/s "
-              f"({res['ticks']} sweep() calls, promoted {res['promoted']:,}, dispatched {res['dispatched']:,}; "
-              f"per task: server script {res['script_us']:.0f} us (redis-server CPU {res['server_cpu_us']:.0f} us), "
-              f"{res['calls']:.2f} script calls, {res['commands']:.1f} server commands, {res['trips']:.3f} client "
-              f"round trips, client CPU {res['client_us']:.0f} us; loading took {res['load_s']:.1f}s)")
+        print(
+            f"(b) {label}: {n:,} expired leases reclaimed in {res['wall']:.2f}s = {res['rate']:,.0f}/s "
+            f"({res['ticks']} sweep() calls, promoted {res['promoted']:,}, dispatched {res['dispatched']:,}; "
+            f"per task: server script {res['script_us']:.0f} us (redis-server CPU {res['server_cpu_us']:.0f} us), "
+            f"{res['calls']:.2f} script calls, {res['commands']:.1f} server commands, {res['trips']:.3f} client "
+            f"round trips, client CPU {res['client_us']:.0f} us; loading took {res['load_s']:.1f}s)"
+        )
     main = results["main"]
     idle = 1e6 / (main["server_cpu_us"] + main["client_us"])
-    print(f"sweep reclaim: {main['rate']:,.0f} expired leases/s over {main['n']:,} (expire + promote, no executor) "
-          f"[target >= {RECLAIM_TARGET:,.0f}/s] {verdict(main['rate'] >= RECLAIM_TARGET)} (noise-free estimate from "
-          f"CPU per task, client and server taking turns: 1e6 / ({main['server_cpu_us']:.0f} + "
-          f"{main['client_us']:.0f} us) = {idle:,.0f}/s)")
+    print(
+        f"sweep reclaim: {main['rate']:,.0f} expired leases/s over {main['n']:,} (expire + promote, no executor) "
+        f"[target >= {RECLAIM_TARGET:,.0f}/s] {verdict(main['rate'] >= RECLAIM_TARGET)} (noise-free estimate from "
+        f"CPU per task, client and server taking turns: 1e6 / ({main['server_cpu_us']:.0f} + "
+        f"{main['client_us']:.0f} us) = {idle:,.0f}/s)"
+    )
     return results
 
 
@@ -311,24 +338,28 @@ def bench_memory(r) -> dict:
     stream_share = stream_entry * events_per_task
     total = sum(owned.values()) + index_share + expiry_share + owner_share + stream_share
     overhead = total - a_len - r_len
-    print(f"(c) ghostless SUCCESS task ({MEM_TASKS:,} lifecycles, median of the last 200): "
-          + ", ".join(f"{n} {v:.0f} B" for n, v in owned.items())
-          + f", index zset share {index_share:.0f} B, expiry zset share {expiry_share:.0f} B, owner index "
-            f"share {owner_share:.0f} B (zset MEMORY USAGE / members; {n_tasks:,} members, one owner), "
-            f"event stream {stream_share:.0f} B "
-            f"({events_per_task:.0f} entries x {stream_entry:.0f} B: stream MEMORY USAGE / XLEN; an upper bound, "
-            f"the stream keeps only the last ~{engine.config.stream_maxlen:,} events of the queue); "
-            f"args JSON {a_len:.0f} B, result JSON {r_len:.0f} B; queue counters (counts, stats) are "
-            "fixed-size per queue and not counted")
+    print(
+        f"(c) ghostless SUCCESS task ({MEM_TASKS:,} lifecycles, median of the last 200): "
+        + ", ".join(f"{n} {v:.0f} B" for n, v in owned.items())
+        + f", index zset share {index_share:.0f} B, expiry zset share {expiry_share:.0f} B, owner index "
+        f"share {owner_share:.0f} B (zset MEMORY USAGE / members; {n_tasks:,} members, one owner), "
+        f"event stream {stream_share:.0f} B "
+        f"({events_per_task:.0f} entries x {stream_entry:.0f} B: stream MEMORY USAGE / XLEN; an upper bound, "
+        f"the stream keeps only the last ~{engine.config.stream_maxlen:,} events of the queue); "
+        f"args JSON {a_len:.0f} B, result JSON {r_len:.0f} B; queue counters (counts, stats) are "
+        "fixed-size per queue and not counted"
+    )
     ghost = {"total": total, "overhead": overhead, "args": a_len, "result": r_len}
 
     rq_total = bench_rq_memory(r)
     ok = overhead <= MEM_TARGET
-    print(f"memory: {total:,.0f} B per SUCCESS task with history = {overhead:,.0f} B + args {a_len:.0f} B "
-          f"+ result {r_len:.0f} B [target <= {MEM_TARGET} B + args + result] {verdict(ok)} "
-          f"(stream counted in full; once its events have left the capped stream: {overhead - stream_share:,.0f} B "
-          f"+ args + result, {verdict(overhead - stream_share <= MEM_TARGET)}) | RQ job (JSON serializer, FINISHED): "
-          f"{rq_total:,.0f} B, ghostless = {total / rq_total:.2f}x RQ")
+    print(
+        f"memory: {total:,.0f} B per SUCCESS task with history = {overhead:,.0f} B + args {a_len:.0f} B "
+        f"+ result {r_len:.0f} B [target <= {MEM_TARGET} B + args + result] {verdict(ok)} "
+        f"(stream counted in full; once its events have left the capped stream: {overhead - stream_share:,.0f} B "
+        f"+ args + result, {verdict(overhead - stream_share <= MEM_TARGET)}) | RQ job (JSON serializer, FINISHED): "
+        f"{rq_total:,.0f} B, ghostless = {total / rq_total:.2f}x RQ"
+    )
     return ghost
 
 
@@ -353,11 +384,14 @@ def bench_rq_memory(r, n: int = 200) -> float:
     registry_share = usage(r, finished) / r.zcard(finished)
     owned = {k: median(v) for k, v in per.items()}
     total = sum(owned.values()) + registry_share
-    print(f"(c) RQ {__import__('rq').__version__} job, JSON serializer, run by SimpleWorker (burst) to FINISHED, "
-          f"median of {n}: " + ", ".join(f"{k} {v:.0f} B" for k, v in owned.items())
-          + f", finished registry share {registry_share:.0f} B (zset MEMORY USAGE / members) = {total:,.0f} B "
-            "(RQ deletes both after its default result_ttl of 500 s; ghostless keeps a task for Config.retention, "
-            "7 days by default; worker and queue keys not counted)")
+    print(
+        f"(c) RQ {__import__('rq').__version__} job, JSON serializer, run by SimpleWorker (burst) to FINISHED, "
+        f"median of {n}: "
+        + ", ".join(f"{k} {v:.0f} B" for k, v in owned.items())
+        + f", finished registry share {registry_share:.0f} B (zset MEMORY USAGE / members) = {total:,.0f} B "
+        "(RQ deletes both after its default result_ttl of 500 s; ghostless keeps a task for Config.retention, "
+        "7 days by default; worker and queue keys not counted)"
+    )
     return total
 
 
@@ -365,8 +399,10 @@ def main() -> int:
     print(machine())
     with private_redis(*AOF_EVERYSEC) as server:
         r = server.client()
-        print(f"sweep bench: private redis-server with {persistence(r)} (the persistence ghostless recommends); "
-              f"engine {Config()}")
+        print(
+            f"sweep bench: private redis-server with {persistence(r)} (the persistence ghostless recommends); "
+            f"engine {Config()}"
+        )
         bench_memory(r)
         r.flushall()
         bench_tick(r)

@@ -29,6 +29,7 @@ thread start, complete); ``--show-profile`` adds cProfile tables. In burst mode 
 multi-list worker's lists with LPOP (no blocking pop), so the per-priority lists add LPOPs there
 that a long-running worker (one BLPOP) does not pay.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,10 +58,9 @@ G_QUEUE = f"{NS}.tput"  # the RQ queue of ghostless queue "tput" (engine/rq_disp
 P_QUEUE = "plain-tput"
 
 
-
-
 def registered(r, names) -> bool:
     from rq import worker_registration
+
     keys = {k.decode() if isinstance(k, bytes) else k for k in worker_registration.get_keys(connection=r)}
     return all(f"rq:worker:{n}" in keys for n in names)
 
@@ -75,8 +75,11 @@ BENCH_OWN = ("zcard", "info")  # the bench's own polling (neither RQ nor ghostle
 
 def script_calls(r) -> dict:
     """Calls per command (INFO commandstats), without the commands the bench itself sends."""
-    return {k[len("cmdstat_"):]: int(v["calls"]) for k, v in r.info("commandstats").items()
-            if k[len("cmdstat_"):] not in BENCH_OWN}
+    return {
+        k[len("cmdstat_") :]: int(v["calls"])
+        for k, v in r.info("commandstats").items()
+        if k[len("cmdstat_") :] not in BENCH_OWN
+    }
 
 
 def finished(r, queue: str) -> int:
@@ -95,7 +98,7 @@ class Side:
         self.kind, self.engine, self.r, self.url = kind, engine, r, url
         self.task_queue = "tput" if kind == "ghostless" else None
         # the RQ queue
-        self.queue = f"{NS}.{self.task_queue}" if self.task_queue else P_QUEUE + kind[len("plain"):].replace("+", "-")
+        self.queue = f"{NS}.{self.task_queue}" if self.task_queue else P_QUEUE + kind[len("plain") :].replace("+", "-")
         self.env = env
         self.workers: list[Proc] = []
         self.cpu_ms: list[float] = []  # per round: worker CPU ms per job
@@ -107,14 +110,37 @@ class Side:
         for i in range(n):
             name = f"{self.kind.replace('+', '-')}-{worker_class}-{i}-{uuid.uuid4().hex[:6]}"
             if self.task_queue:
-                args = [sys.executable, "worker.py", "--app", APP, "--worker-class", worker_class,
-                        "--log-level", "WARNING", "--name", name, self.task_queue]
+                args = [
+                    sys.executable,
+                    "worker.py",
+                    "--app",
+                    APP,
+                    "--worker-class",
+                    worker_class,
+                    "--log-level",
+                    "WARNING",
+                    "--name",
+                    name,
+                    self.task_queue,
+                ]
                 p = Proc(args, self.env)
             else:
                 env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
                 resolved = ["--resolve-driver-info"] if self.kind == "plain+resolved" else []
-                p = Proc([sys.executable, "bench/plain_worker.py", self.url, self.queue, "--class", worker_class,
-                          "--log-level", "WARNING", *resolved], env)
+                p = Proc(
+                    [
+                        sys.executable,
+                        "bench/plain_worker.py",
+                        self.url,
+                        self.queue,
+                        "--class",
+                        worker_class,
+                        "--log-level",
+                        "WARNING",
+                        *resolved,
+                    ],
+                    env,
+                )
                 name = None
             self.workers.append(p)
             names.append(name)
@@ -122,8 +148,12 @@ class Side:
             wait_until(lambda: registered(self.r, names), 60, what="ghostless workers")
         else:
             from rq import Queue, Worker
-            wait_until(lambda: Worker.count(connection=self.r, queue=Queue(self.queue, connection=self.r)) >= n,
-                       60, what="plain workers")
+
+            wait_until(
+                lambda: Worker.count(connection=self.r, queue=Queue(self.queue, connection=self.r)) >= n,
+                60,
+                what="plain workers",
+            )
 
     def stop(self) -> None:
         for p in self.workers:
@@ -137,10 +167,12 @@ class Side:
         else:
             from rq import Queue
             from rq.serializers import JSONSerializer
+
             q = Queue(self.queue, connection=self.r, serializer=JSONSerializer)
             for start in range(0, n, 500):
-                q.enqueue_many([Queue.prepare_data("bench.plain_jobs.noop", args=(i,))
-                                for i in range(start, min(n, start + 500))])
+                q.enqueue_many(
+                    [Queue.prepare_data("bench.plain_jobs.noop", args=(i,)) for i in range(start, min(n, start + 500))]
+                )
 
     def round(self, n: int) -> float:
         """Seconds for the side's workers to drain n queued no-op jobs."""
@@ -150,8 +182,10 @@ class Side:
         # hit the dispatch race described in the report (the job's claim is refused as not current).
         from rq import Queue
         from rq.serializers import JSONSerializer
+
         Queue(self.queue, connection=self.r, serializer=JSONSerializer).enqueue_many(
-            [Queue.prepare_data("bench.plain_jobs.gate", args=(i,)) for i in range(gates)])
+            [Queue.prepare_data("bench.plain_jobs.gate", args=(i,)) for i in range(gates)]
+        )
         wait_until(lambda: int(self.r.get("bench:gate:waiting") or 0) >= gates, 60, what="workers on gates")
         base = finished(self.r, self.queue)
         self.enqueue(n)
@@ -191,10 +225,11 @@ def compare(sides: list, worker_class: str, tasks: int, rounds: int, workers: in
         per = tasks // rounds
         times = {s.kind: [] for s in sides}
         for i in range(rounds):
-            for s in sides[i % len(sides):] + sides[:i % len(sides)]:
+            for s in sides[i % len(sides) :] + sides[: i % len(sides)]:
                 times[s.kind].append(s.round(per))
-                print(f"  {worker_class} round {i + 1:2d} {s.kind:17s} {per / times[s.kind][-1]:6.0f} jobs/s",
-                      flush=True)
+                print(
+                    f"  {worker_class} round {i + 1:2d} {s.kind:17s} {per / times[s.kind][-1]:6.0f} jobs/s", flush=True
+                )
     finally:
         for s in sides:
             s.stop()
@@ -217,6 +252,7 @@ class TripCounter:
     def __init__(self):
         import redis.client
         import redis.connection
+
         self.trips = 0
         self.commands = collections.Counter()
         self._patches = []
@@ -239,8 +275,11 @@ class TripCounter:
                 counter.commands["pipe:" + _name(args)] += 1
             return pipe_execute(self, raise_on_error)
 
-        self._patches = [(conn_cls, "send_packed_command", send), (redis.client.Redis, "execute_command", execute),
-                         (redis.client.Pipeline, "execute", pipe_execute)]
+        self._patches = [
+            (conn_cls, "send_packed_command", send),
+            (redis.client.Redis, "execute_command", execute),
+            (redis.client.Pipeline, "execute", pipe_execute),
+        ]
         conn_cls.send_packed_command = send_packed_command
         redis.client.Redis.execute_command = execute_command
         redis.client.Pipeline.execute = pipeline_execute
@@ -273,13 +312,18 @@ def _script_of(first_key: str, args) -> str:
 class StepTimer:
     """Wall time spent in the ghostless steps of an attempt, measured by wrapping them."""
 
-    STEPS = (("claim", "engine", "claim"), ("checkpoints read", "engine", "checkpoints"),
-             ("heartbeat thread start", "heartbeat", "start"), ("complete", "engine", "complete"),
-             ("run_task total", "runner", "run_task"))
+    STEPS = (
+        ("claim", "engine", "claim"),
+        ("checkpoints read", "engine", "checkpoints"),
+        ("heartbeat thread start", "heartbeat", "start"),
+        ("complete", "engine", "complete"),
+        ("run_task total", "runner", "run_task"),
+    )
 
     def __init__(self, engine):
         import ghostless.execution.heartbeat as hb_mod
         import ghostless.execution.runner as runner_mod
+
         self.total = collections.Counter()
         self._undo = []
         owners = {"engine": engine, "heartbeat": hb_mod.Heartbeat, "runner": runner_mod}
@@ -298,6 +342,7 @@ class StepTimer:
                 return fn(*args, **kwargs)
             finally:
                 total[label] += time.perf_counter() - t0
+
         return timed
 
     def undo(self) -> None:
@@ -348,9 +393,13 @@ def profile(engine, r, n: int, with_cprofile: bool) -> dict:
             buf = io.StringIO()
             pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(30)
             text = buf.getvalue()
-        out[kind] = {"per_job_ms": elapsed / n * 1000, "trips": counter.trips / n,
-                     "commands": {k: v / n for k, v in counter.commands.most_common()}, "profile": text,
-                     "steps": {k: v / n * 1000 for k, v in steps.total.items()} if steps else {}}
+        out[kind] = {
+            "per_job_ms": elapsed / n * 1000,
+            "trips": counter.trips / n,
+            "commands": {k: v / n for k, v in counter.commands.most_common()},
+            "profile": text,
+            "steps": {k: v / n * 1000 for k, v in steps.total.items()} if steps else {},
+        }
     return out
 
 
@@ -362,8 +411,12 @@ def main() -> int:
     ap.add_argument("--classes", default="simple,fork")
     ap.add_argument("--profile-jobs", type=int, default=500, help="0: skip the in-process profile")
     ap.add_argument("--show-profile", action="store_true", help="print the cProfile tables")
-    ap.add_argument("--no-resolved", dest="resolved", action="store_false",
-                    help="skip the fork-class side of plain RQ workers with redis-py's DriverInfo resolved once")
+    ap.add_argument(
+        "--no-resolved",
+        dest="resolved",
+        action="store_false",
+        help="skip the fork-class side of plain RQ workers with redis-py's DriverInfo resolved once",
+    )
     a = ap.parse_args()
     print(machine())
     results = {}
@@ -372,13 +425,17 @@ def main() -> int:
         os.environ["GHOSTLESS_REDIS_URL"] = srv.url
         os.environ["GHOSTLESS_BENCH_NS"] = NS
         from bench.app import engine
+
         r = srv.client()
         env = app_env(srv.url, NS, GHOSTLESS_BENCH_NS=NS)
         for cls in filter(None, a.classes.split(",")):
             kinds = ["ghostless", "plain"] + (["plain+resolved"] if cls == "fork" and a.resolved else [])
             sides = [Side(k, engine, r, srv.url, env) for k in kinds]
-            print(f"{cls} workers x{a.workers}: {a.tasks} jobs per side in {a.rounds} interleaved rounds "
-                  f"({', '.join(kinds)})", flush=True)
+            print(
+                f"{cls} workers x{a.workers}: {a.tasks} jobs per side in {a.rounds} interleaved rounds "
+                f"({', '.join(kinds)})",
+                flush=True,
+            )
             results[cls] = compare(sides, cls, a.tasks, a.rounds, a.workers)
         counts = engine.stats()["tput"]["counts"]
         prof = profile(engine, r, a.profile_jobs, a.show_profile) if a.profile_jobs else None
@@ -396,31 +453,42 @@ def main() -> int:
             if k == "ghostless":
                 passed = res["ratio"][k] >= TARGET
                 ok &= passed
-                line += (f"  ratio to plain RQ {res['ratio'][k]:.2f} {spread}  target >= {TARGET} "
-                         f"{'PASS' if passed else 'FAIL'}")
+                line += (
+                    f"  ratio to plain RQ {res['ratio'][k]:.2f} {spread}  target >= {TARGET} "
+                    f"{'PASS' if passed else 'FAIL'}"
+                )
             elif k != "plain":
                 ghostless = res["rate"]["ghostless"] / rate
-                line += (f"  {res['ratio'][k]:.2f} x plain RQ {spread}; ghostless = {ghostless:.2f} x this side "
-                         "(diagnostic: plain RQ with the same redis-py fix)")
+                line += (
+                    f"  {res['ratio'][k]:.2f} x plain RQ {spread}; ghostless = {ghostless:.2f} x this side "
+                    "(diagnostic: plain RQ with the same redis-py fix)"
+                )
             print(line)
         for k in res["rate"]:
             w, rs = res["cpu"][k]
             top = sorted(res["cmds"][k].items(), key=lambda kv: -kv[1])
-            print(f"    {k:17s} CPU per job: workers {w:.2f} ms, redis-server {rs:.2f} ms; Redis commands "
-                  f"per job (server side, the bench's ZCARD polling left out) {sum(v for _, v in top):.1f}: "
-                  + ", ".join(f"{c} {v:.1f}" for c, v in top[:14]))
+            print(
+                f"    {k:17s} CPU per job: workers {w:.2f} ms, redis-server {rs:.2f} ms; Redis commands "
+                f"per job (server side, the bench's ZCARD polling left out) {sum(v for _, v in top):.1f}: "
+                + ", ".join(f"{c} {v:.1f}" for c, v in top[:14])
+            )
     print(f"ghostless task counts after the runs: { {k: v for k, v in counts.items() if v} }")
     if prof:
         print()
         print(f"== worker side, in-process SimpleWorker (burst), {a.profile_jobs} no-op jobs ==")
         for kind, p in prof.items():
-            print(f"{kind:9s}: {p['per_job_ms']:.2f} ms/job ({1000 / p['per_job_ms']:.0f} jobs/s single process), "
-                  f"{p['trips']:.1f} Redis round trips/job")
-            print("           commands/job: "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in p["commands"].items() if v >= 0.01))
+            print(
+                f"{kind:9s}: {p['per_job_ms']:.2f} ms/job ({1000 / p['per_job_ms']:.0f} jobs/s single process), "
+                f"{p['trips']:.1f} Redis round trips/job"
+            )
+            print(
+                "           commands/job: " + ", ".join(f"{k} {v:.2f}" for k, v in p["commands"].items() if v >= 0.01)
+            )
             if p["steps"]:
-                print("           ghostless steps, wall ms/job: "
-                      + ", ".join(f"{k} {v:.2f}" for k, v in p["steps"].items()))
+                print(
+                    "           ghostless steps, wall ms/job: "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in p["steps"].items())
+                )
         if a.show_profile:
             for kind, p in prof.items():
                 print(f"\n---- cProfile {kind} ----\n{p['profile']}")

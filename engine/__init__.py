@@ -1,4 +1,5 @@
 """ghostless: a Redis-native task queue and lease engine."""
+
 from ghostless.core.config import Config
 from ghostless.core.engine import Engine
 from ghostless.core.errors import (

@@ -3,6 +3,7 @@
 Real Redis tests skip loudly when ``redis-server`` is missing, and fail instead
 when REQUIRE_REAL_REDIS=1 (as in CI).
 """
+
 from __future__ import annotations
 
 import os
@@ -64,14 +65,28 @@ def redis_client(request):
 def register_test_types(engine: Engine) -> Engine:
     """Task types the contract tests share (short leases: timing tests wait on Redis time)."""
 
-    @engine.task(name="render", queue="images", lease=30, timeout=600, max_attempts=3,
-                 backoff=Backoff.fixed([0.05, 0.1]), stages={"generating": 300, "uploading": 0},
-                 permanent_errors=("bad_prompt",))
+    @engine.task(
+        name="render",
+        queue="images",
+        lease=30,
+        timeout=600,
+        max_attempts=3,
+        backoff=Backoff.fixed([0.05, 0.1]),
+        stages={"generating": 300, "uploading": 0},
+        permanent_errors=("bad_prompt",),
+    )
     def render(ctx, prompt="", **extra):  # pragma: no cover - executed by workers, not here
         return {"prompt": prompt}
 
-    @engine.task(name="quick", queue="images", lease=0.05, timeout=600, max_attempts=2,
-                 backoff=Backoff.fixed([0.05]), stages={"short": 0.05, "long": 600})
+    @engine.task(
+        name="quick",
+        queue="images",
+        lease=0.05,
+        timeout=600,
+        max_attempts=2,
+        backoff=Backoff.fixed([0.05]),
+        stages={"short": 0.05, "long": 600},
+    )
     def quick(ctx, **extra):  # pragma: no cover
         return None
 

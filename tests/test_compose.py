@@ -1,6 +1,7 @@
 """docker-compose.yml and the Dockerfile, checked without a Docker engine: every service runs a
 real ``ghostless`` command with options it accepts, Redis keeps what it acknowledges, and every
 file the build needs exists."""
+
 from __future__ import annotations
 
 import re
@@ -43,10 +44,16 @@ def test_redis_appends_every_write_never_evicts_and_keeps_its_data_in_a_volume()
 WEB_PENDING = "`ghostless web` is being added by the web work (engine/cli/root.py); this case passes once it lands"
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(name == "web" and "web" not in main.commands, strict=False,
-                                               reason=WEB_PENDING))
-    for name in GHOSTLESS])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(name == "web" and "web" not in main.commands, strict=False, reason=WEB_PENDING),
+        )
+        for name in GHOSTLESS
+    ],
+)
 def test_each_service_runs_a_ghostless_command_with_options_it_accepts(name):
     service = SERVICES[name]
     command = service["command"]
@@ -89,8 +96,7 @@ def test_every_file_the_build_needs_exists():
             context = ROOT / service["build"]
             assert (context / "Dockerfile").is_file()
     dockerfile = (ROOT / "Dockerfile").read_text()
-    copied = [p for line in dockerfile.splitlines() if line.startswith("COPY ")
-              for p in line.split()[1:-1]]
+    copied = [p for line in dockerfile.splitlines() if line.startswith("COPY ") for p in line.split()[1:-1]]
     assert "requirements.txt" in copied
     for path in copied:
         assert (ROOT / path).exists(), f"Dockerfile copies {path}, which does not exist"
@@ -101,6 +107,7 @@ def test_the_web_service_requires_the_shared_secret_key():
     web = SERVICES["web"]
     assert int(_arg(web["command"], "--workers")) > 1  # several processes: one key for all of them
     # ${VAR:?message}: compose refuses to start without it, naming it, instead of a random key per process.
-    assert re.fullmatch(r"\$\{GHOSTLESS_SECRET_KEY:\?[^}]*GHOSTLESS_SECRET_KEY[^}]*\}",
-                        web["environment"]["GHOSTLESS_SECRET_KEY"])
+    assert re.fullmatch(
+        r"\$\{GHOSTLESS_SECRET_KEY:\?[^}]*GHOSTLESS_SECRET_KEY[^}]*\}", web["environment"]["GHOSTLESS_SECRET_KEY"]
+    )
     assert web["environment"]["GHOSTLESS_REDIS_URL"] == SERVICES["worker"]["environment"]["GHOSTLESS_REDIS_URL"]

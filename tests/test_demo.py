@@ -1,4 +1,5 @@
 """`make demo ARGS=--once`: the main job, end to end, must leave every task terminal and none lost."""
+
 import os
 import subprocess
 import sys
@@ -26,12 +27,21 @@ def test_demo_once_on_the_embedded_fakeredis_server_loses_no_task():
 
 
 def _demo_once(env: dict) -> str:
-    run = subprocess.run([sys.executable, "-m", "ghostless.demo.run", "--once", "--tasks", "8", "--timeout", "90"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+    run = subprocess.run(
+        [sys.executable, "-m", "ghostless.demo.run", "--once", "--tasks", "8", "--timeout", "90"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
-    summary = dict(line.rsplit(None, 1) for line in out.split("summary", 1)[1].strip().splitlines()
-                   if line.strip() and not line.strip().startswith("invariant"))
+    summary = dict(
+        line.rsplit(None, 1)
+        for line in out.split("summary", 1)[1].strip().splitlines()
+        if line.strip() and not line.strip().startswith("invariant")
+    )
     summary = {k.strip(): int(v) for k, v in summary.items()}
     assert summary["lost"] == 0 and summary["not terminal"] == 0
     assert summary.get("SUCCESS", 0) + summary.get("FAILED", 0) == 8
@@ -55,8 +65,13 @@ def test_demo_serves_the_dashboard_with_a_login_link_and_stops_everything_it_sta
     log = tmp_path / "demo.log"
     env = dict(os.environ, GHOSTLESS_DEMO_SPEED="0.3", PYTHONPATH=str(ROOT))
     with open(log, "w") as out:
-        demo = subprocess.Popen([sys.executable, "-m", "ghostless.demo.run", "--port", str(port), "--tasks", "3"],
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "ghostless.demo.run", "--port", str(port), "--tasks", "3"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_until(lambda: "log in:" in log.read_text(), timeout=60, what="the demo's login link")
         link = next(line.split()[2] for line in log.read_text().splitlines() if line.startswith("log in:"))
@@ -74,8 +89,9 @@ def test_demo_serves_the_dashboard_with_a_login_link_and_stops_everything_it_sta
         demo.send_signal(signal.SIGTERM)
         demo.wait(30)
 
-        wait_until(lambda: not any(running(pid) for pid in started), timeout=15,
-                   what="every process the demo started to end")
+        wait_until(
+            lambda: not any(running(pid) for pid in started), timeout=15, what="every process the demo started to end"
+        )
     finally:
         if demo.poll() is None:
             demo.kill()

@@ -1,4 +1,5 @@
 """Documentation that is generated from code stays equal to the code."""
+
 from pathlib import Path
 
 from ghostless.core.states import mermaid, table

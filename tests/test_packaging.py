@@ -4,6 +4,7 @@ rq 2.0-2.7 fail at import under ghostless, so a declared ``rq>=2.0`` was untrue;
 versions are pinned in requirements-min.txt, which ``make check-min`` (part of ``make test``)
 installs and tests. These tests keep the files from drifting apart.
 """
+
 import os
 import re
 import tomllib
@@ -66,7 +67,8 @@ def test_the_declared_lower_bounds_are_the_versions_check_min_tests():
     for package, bound in declared.items():
         pinned = minimum[package]
         assert pinned.startswith(bound) and _release(pinned) == _release(bound), (
-            f"{package}: pyproject says >={bound}, requirements-min.txt tests {pinned}")
+            f"{package}: pyproject says >={bound}, requirements-min.txt tests {pinned}"
+        )
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -80,7 +82,7 @@ def test_the_pre_commit_hooks_run_what_make_lint_runs_with_the_pinned_tools():
     hooks = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"]
     entries = [hook["entry"] for hook in hooks]
     makefile = (ROOT / "Makefile").read_text()
-    lint = makefile[makefile.index("\nlint:"):].split("\n\n")[0]
+    lint = makefile[makefile.index("\nlint:") :].split("\n\n")[0]
     for check in ("ruff check", "ruff format", ".ci/mypy", ".ci/lint-imports"):
         assert any(check in entry for entry in entries) and check in lint, check
     pinned = _pins("requirements-test.txt")

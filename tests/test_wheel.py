@@ -1,4 +1,5 @@
 """What pip installs adds one import name, ghostless, and runs beside packages named web and engine."""
+
 import os
 import shutil
 import subprocess
@@ -20,8 +21,9 @@ def wheel(tmp_path_factory) -> Path:
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(src),
-                    "-w", str(out)], check=True, cwd=out)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(src), "-w", str(out)], check=True, cwd=out
+    )
     return next(out.glob("ghostless-*.whl"))
 
 
@@ -48,7 +50,9 @@ def test_the_wheel_runs_beside_packages_named_web_and_engine(wheel, tmp_path):
     for other in ("web", "engine"):  # e.g. web.py, or a user's own engine module
         (site / other).mkdir()
         (site / other / "__init__.py").write_text("raise ImportError('not ghostless')\n")
-    code = ("import ghostless, ghostless.web, ghostless.cli; from ghostless import Engine; "
-            "from ghostless.core.scripts import source; source('claim'); ghostless.web.create_app")
+    code = (
+        "import ghostless, ghostless.web, ghostless.cli; from ghostless import Engine; "
+        "from ghostless.core.scripts import source; source('claim'); ghostless.web.create_app"
+    )
     env = dict(os.environ, PYTHONPATH=str(site))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env)

@@ -5,6 +5,7 @@ A login link's code is a credential until used (and the link may be opened by a 
 first): it must not sit in log files. Used by gunicorn (``RedactingLogger``, both servers) and
 by Flask's development server (``RedactLoginCodes`` on the ``werkzeug`` logger).
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,6 +35,7 @@ except ImportError:  # pragma: no cover - the development server needs only the 
     Logger = None
 
 if Logger is not None:
+
     class RedactingLogger(Logger):
         """gunicorn's logger, with login codes redacted from every access-log atom."""
 

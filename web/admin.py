@@ -11,6 +11,7 @@ CSRF token, as every state change does.
 | ``POST /api/admin/retry-failed`` ``{type, queue?}`` | 200 ``{type, retried}`` |
 | ``POST /api/admin/queues/<queue>/drain`` / ``.../resume`` | 200 ``{queue, draining}`` |
 """
+
 from __future__ import annotations
 
 from flask import Blueprint, g, jsonify, request
@@ -34,8 +35,7 @@ def _admins_only():
         return
     user = current_user()
     if user is None:
-        raise ApiError(401, "unauthorized", "authentication required: a bearer token or a login session",
-                       UNAUTHORIZED)
+        raise ApiError(401, "unauthorized", "authentication required: a bearer token or a login session", UNAUTHORIZED)
     if not user.admin:
         raise NotFound()  # answered exactly like an unknown path
     g.caller = require_user()  # the CSRF check of cookie sessions

@@ -15,6 +15,7 @@
 - Failed logins and failed bearer checks are limited per client address (web/limits.py).
 - A new login leaves the user's other sessions alone (other browsers); revoking the user ends all.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -102,6 +103,7 @@ def credential_check():
             _checked.clear()
         _checked[credential] = (now + CHECK_TTL, ok)
         return ok
+
     return still_valid
 
 
@@ -110,8 +112,7 @@ def require_user() -> User:
     for a cookie-authenticated state change without the session's CSRF token."""
     user = current_user()
     if user is None:
-        raise ApiError(401, "unauthorized", "authentication required: a bearer token or a login session",
-                       UNAUTHORIZED)
+        raise ApiError(401, "unauthorized", "authentication required: a bearer token or a login session", UNAUTHORIZED)
     if g.auth == "cookie" and request.method not in SAFE_METHODS:
         sent = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token") or ""
         if not _same(sent, session.get("csrf")):
@@ -134,16 +135,22 @@ def _same(sent: object, expected: object) -> bool:
 
 
 def _wants_json() -> bool:
-    return request.is_json or request.accept_mimetypes.best_match(
-        ["text/html", "application/json"]) == "application/json"
+    return (
+        request.is_json or request.accept_mimetypes.best_match(["text/html", "application/json"]) == "application/json"
+    )
 
 
 def _local_path(target: object) -> str:
     """``target`` when it is a path on this site (no open redirects), else ``/``."""
     # Printable only: browsers drop tabs and other control characters, so "/\t/evil" would
     # arrive as "//evil" (another site).
-    if isinstance(target, str) and target.isprintable() and target.startswith("/") \
-            and not target.startswith("//") and "\\" not in target:
+    if (
+        isinstance(target, str)
+        and target.isprintable()
+        and target.startswith("/")
+        and not target.startswith("//")
+        and "\\" not in target
+    ):
         return target
     return "/"
 
@@ -158,8 +165,11 @@ def _cross_origin() -> bool:
         return True
 
 
-PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; form-action 'self'; frame-ancestors 'none'",
-                "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; form-action 'self'; frame-ancestors 'none'",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",
+}
 
 
 def _page(template: str, status: int = 200, headers: dict | None = None, **context):
@@ -169,14 +179,14 @@ def _page(template: str, status: int = 200, headers: dict | None = None, **conte
 
 def _login_form(message: str = "", status: int = 200, headers: dict | None = None):
     """The login page (templates/login.html); a browser's failed login shows it again."""
-    return _page("login.html", status, headers, user=None, message=message,
-                 next=_local_path(request.values.get("next")))
+    return _page(
+        "login.html", status, headers, user=None, message=message, next=_local_path(request.values.get("next"))
+    )
 
 
 def _browser_form() -> bool:
     """A form post from a page (Accept names HTML): answer with the page, not JSON."""
-    return request.mimetype != "application/json" and request.accept_mimetypes.accept_html \
-        and not _wants_json()
+    return request.mimetype != "application/json" and request.accept_mimetypes.accept_html and not _wants_json()
 
 
 def _refused(e: ApiError):
@@ -216,8 +226,11 @@ def login():
         if _cross_origin():
             raise ApiError(403, "csrf_failed", "this login came from another site and was refused")
         token = json_body(required=False).get("token")
-        user = _under_login_limit(lambda: get_engine().users.authenticate(token) if _encodable(token) else None,
-                                  "unknown or revoked token", UNAUTHORIZED)
+        user = _under_login_limit(
+            lambda: get_engine().users.authenticate(token) if _encodable(token) else None,
+            "unknown or revoked token",
+            UNAUTHORIZED,
+        )
     except ApiError as e:
         return _refused(e)
     return _logged_in(token_digest(token), user, _local_path(request.form.get("next")))
@@ -237,8 +250,14 @@ def login_link(code):
     if not isinstance(session.get("login_csrf"), str):
         session["login_csrf"] = secrets.token_urlsafe(32)
     current = _session_user() if "digest" in session else None
-    return _page("login_link.html", user=None, name=user.name, current=current, csrf=session["login_csrf"],
-                 action=url_for("auth.redeem_login_link", code=code))
+    return _page(
+        "login_link.html",
+        user=None,
+        name=user.name,
+        current=current,
+        csrf=session["login_csrf"],
+        action=url_for("auth.redeem_login_link", code=code),
+    )
 
 
 @bp.post("/login/<code>")
@@ -271,8 +290,12 @@ def logout():
         sent = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token") or ""
         if not _same(sent, session.get("csrf")):
             if _browser_form():
-                return _page("logout.html", 403, user=current_user(),
-                             message="That logout did not come from this site's page; use the button.")
+                return _page(
+                    "logout.html",
+                    403,
+                    user=current_user(),
+                    message="That logout did not come from this site's page; use the button.",
+                )
             raise ApiError(403, "csrf_failed", "missing or wrong CSRF token (X-CSRF-Token header)")
         key = _session_key(session.get("sid"))
         if key:

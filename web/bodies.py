@@ -3,6 +3,7 @@
 Flask's ``get_json(silent=True)`` lets a deeply nested array escape as RecursionError (a
 500); every view reads its body here instead.
 """
+
 from __future__ import annotations
 
 import json

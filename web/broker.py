@@ -6,6 +6,7 @@ subscriber's buffer holds at most ``limit`` events: a client that stops reading 
 (its buffer never grows past the bound) and reconnects with ``Last-Event-ID``, replaying
 what it missed from the stream itself. No browser holds a Redis connection.
 """
+
 from __future__ import annotations
 
 import logging
@@ -70,8 +71,7 @@ class Subscriber:
 def own_client(client, socket_timeout: float):
     """A client on the same server as ``client`` with a pool (and so connections) of its own."""
     pool = client.connection_pool
-    kwargs = {k: v for k, v in pool.connection_kwargs.items()
-              if not k.startswith(("maint_notifications", "orig_"))}
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(("maint_notifications", "orig_"))}
     kwargs["socket_timeout"] = max(kwargs.get("socket_timeout") or 0, socket_timeout)
     new_pool = pool.__class__(connection_class=pool.connection_class, max_connections=2, **kwargs)
     return type(client)(connection_pool=new_pool)
@@ -164,8 +164,9 @@ class Broker:
             self._stop.wait(self.block_ms / 1000)
             return
         keys = {self.engine.keys.queue_key(q, "events"): q for q in self.positions}
-        reply = self._client.xread({k: self.positions[q] for k, q in keys.items()},
-                                   count=self.batch, block=self.block_ms)
+        reply = self._client.xread(
+            {k: self.positions[q] for k, q in keys.items()}, count=self.batch, block=self.block_ms
+        )
         for key, rows in reply or []:
             queue = keys[text(key)]
             for sid, fields in rows:

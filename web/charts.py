@@ -3,6 +3,7 @@
 Computed on the server so the charts read without JavaScript; the browser only swaps in a
 freshly rendered panel. Coordinates are in a fixed viewBox that CSS scales to the screen.
 """
+
 from __future__ import annotations
 
 import math
@@ -77,7 +78,18 @@ def lines(x_labels: list[str], series: list[tuple[str, str, list[float]]]) -> di
         out.append(Line(name=name, cls=cls, points=pts, last=values[-1] if values else 0))
     every = max(1, len(x_labels) // 6)  # at most ~7 labels on a phone-sized axis
     last = len(x_labels) - 1
-    labels = [(LEFT + i * step, text) for i, text in enumerate(x_labels)
-              if i == last or (i % every == 0 and last - i >= every)]  # the newest always, none crowding it
-    return {"lines": out, "ticks": ticks(top), "labels": labels, "width": WIDTH, "height": HEIGHT,
-            "left": LEFT, "right": WIDTH - RIGHT, "bottom": HEIGHT - BOTTOM}
+    labels = [
+        (LEFT + i * step, text)
+        for i, text in enumerate(x_labels)
+        if i == last or (i % every == 0 and last - i >= every)
+    ]  # the newest always, none crowding it
+    return {
+        "lines": out,
+        "ticks": ticks(top),
+        "labels": labels,
+        "width": WIDTH,
+        "height": HEIGHT,
+        "left": LEFT,
+        "right": WIDTH - RIGHT,
+        "bottom": HEIGHT - BOTTOM,
+    }

@@ -5,6 +5,7 @@ cached per app for ``GHOSTLESS_DASHBOARD_CACHE`` seconds (default 1), so many op
 dashboards refreshing on every event cost one read of it per second. Stuck tasks and recent
 events are per caller: a user sees only their own tasks (aggregate counts name no task); an admin sees all.
 """
+
 from __future__ import annotations
 
 import threading
@@ -44,21 +45,30 @@ def state_class(state: str) -> str:
 
 def read_shared(engine) -> dict:
     """Counts, throughput, workers, breakers and draining queues."""
-    return {"queues": engine.stats(), "throughput": wq.throughput(engine, MINUTES), "workers": wq.workers(engine),
-            "breakers": engine.breakers(), "draining": engine.draining(), "now": server_ms(engine.redis) / 1000}
+    return {
+        "queues": engine.stats(),
+        "throughput": wq.throughput(engine, MINUTES),
+        "workers": wq.workers(engine),
+        "breakers": engine.breakers(),
+        "draining": engine.draining(),
+        "now": server_ms(engine.redis) / 1000,
+    }
 
 
 def gather(engine, cache: SharedCache, admin: bool, owner: str | None, stuck_after: float) -> dict:
     """Everything one render of the dashboard needs; ``owner`` None means every owner's tasks."""
     data = dict(cache.get(engine))
     queues = data["queues"]
-    data["count_charts"] = {q: charts.bars([(s.replace("_", " ").lower(), st["counts"][s], state_class(s))
-                                            for s in STATES]) for q, st in queues.items()}
+    data["count_charts"] = {
+        q: charts.bars([(s.replace("_", " ").lower(), st["counts"][s], state_class(s)) for s in STATES])
+        for q, st in queues.items()
+    }
     data["throughput_chart"] = _throughput_chart(data["throughput"])
     data["time_in_state"] = _time_table(queues, "time_in_state", STATES)
     data["time_in_stage"] = _time_table(queues, "time_in_stage", None)
-    data["failures"] = sorted(((q, kind, n) for q, st in queues.items() for kind, n in st["failures"].items()),
-                              key=lambda row: -row[2])
+    data["failures"] = sorted(
+        ((q, kind, n) for q, st in queues.items() for kind, n in st["failures"].items()), key=lambda row: -row[2]
+    )
     data["stuck"] = wq.stuck_tasks(engine, stuck_after, owner=owner, limit=20)
     data["events"] = recent_events(engine, owner, 30)
     data["totals"] = {s: sum(st["counts"][s] for st in queues.values()) for s in STATES}
@@ -71,8 +81,11 @@ def _throughput_chart(throughput: dict) -> dict:
     minutes = len(next(iter(throughput.values()), [])) or MINUTES + 1
     series = []
     for state in TERMINAL:
-        values = [sum(rows[i][state] for rows in throughput.values()) for i in range(minutes)] \
-            if throughput else [0] * minutes
+        values = (
+            [sum(rows[i][state] for rows in throughput.values()) for i in range(minutes)]
+            if throughput
+            else [0] * minutes
+        )
         series.append((state.lower(), state_class(state), values))
     labels = [f"-{minutes - 1 - i}m" if i < minutes - 1 else "now" for i in range(minutes)]
     return charts.lines(labels, series)

@@ -5,6 +5,7 @@ Both are made once per app (per process), on first use: the engine from
 thread starts with its first subscriber, so a process that serves no stream runs none
 (and gunicorn workers start theirs after the fork).
 """
+
 from __future__ import annotations
 
 import threading
@@ -38,8 +39,11 @@ class Deps:
             engine = self.engine
             with self._lock:
                 if self._broker is None:
-                    self._broker = Broker(engine, block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"],
-                                          limit=self.config["GHOSTLESS_SSE_BUFFER"])
+                    self._broker = Broker(
+                        engine,
+                        block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"],
+                        limit=self.config["GHOSTLESS_SSE_BUFFER"],
+                    )
         return self._broker
 
     def close(self) -> None:

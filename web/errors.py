@@ -5,6 +5,7 @@ answered with a 500 in the same shape (the tests fuzz inputs to show none produc
 an unreachable Redis is a 503 ``unavailable``, a full one (writes refused) a 503 ``redis_full``,
 both with Retry-After.
 """
+
 from __future__ import annotations
 
 import logging
@@ -69,8 +70,7 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(IdempotencyConflict)
     def conflict(e: IdempotencyConflict):
-        return error_response(409, "idempotency_conflict",
-                              "this idempotency key was used with other arguments")
+        return error_response(409, "idempotency_conflict", "this idempotency key was used with other arguments")
 
     @app.errorhandler(UnknownTaskType)
     def unknown_type(e: UnknownTaskType):
@@ -83,24 +83,34 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(QuotaExceeded)
     def over_quota(e: QuotaExceeded):
         wait = math.ceil(e.retry_after) if e.retry_after is not None else QUOTA_RETRY_AFTER
-        why = {"rate": "too many submits", "max_unfinished": "too many unfinished tasks",
-               "max_unfinished_bytes": "too many bytes of args in unfinished tasks"}.get(e.limit, e.limit)
-        return error_response(429, "quota_exceeded", f"quota exceeded in queue {e.queue}: {why}; retry later",
-                              {"Retry-After": str(max(1, wait))})
+        why = {
+            "rate": "too many submits",
+            "max_unfinished": "too many unfinished tasks",
+            "max_unfinished_bytes": "too many bytes of args in unfinished tasks",
+        }.get(e.limit, e.limit)
+        return error_response(
+            429,
+            "quota_exceeded",
+            f"quota exceeded in queue {e.queue}: {why}; retry later",
+            {"Retry-After": str(max(1, wait))},
+        )
 
     @app.errorhandler(RedisFull)
     @app.errorhandler(redis.exceptions.OutOfMemoryError)
     def full(e):
         log.error("Redis full, write refused: %s", e)
-        return error_response(503, "redis_full", "the task store is full and refuses changes; try again later",
-                              {"Retry-After": str(FULL_RETRY_AFTER)})
+        return error_response(
+            503,
+            "redis_full",
+            "the task store is full and refuses changes; try again later",
+            {"Retry-After": str(FULL_RETRY_AFTER)},
+        )
 
     @app.errorhandler(redis.ConnectionError)
     @app.errorhandler(redis.TimeoutError)
     def unavailable(e):
         log.error("Redis unavailable: %s", e)
-        return error_response(503, "unavailable", "the task store is unavailable; try again",
-                              {"Retry-After": "5"})
+        return error_response(503, "unavailable", "the task store is unavailable; try again", {"Retry-After": "5"})
 
     @app.errorhandler(Exception)
     def unexpected(e: Exception):

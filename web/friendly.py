@@ -4,6 +4,7 @@ Used by the server-rendered pages (the task page's status panel, the task list);
 browser re-fetches the rendered panel on each event, so this is the only place the text
 is written.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -112,8 +113,10 @@ def describe(task: Task, now: float, draining: bool = False) -> Status:
     elif s == State.SUCCESS:
         status = Status("Done", "ok")
         if task.started_at and task.finished_at:
-            status.details.append(f"took {duration(task.finished_at - task.started_at)}"
-                                  + (f" over {task.attempt} attempts" if task.attempt > 1 else ""))
+            status.details.append(
+                f"took {duration(task.finished_at - task.started_at)}"
+                + (f" over {task.attempt} attempts" if task.attempt > 1 else "")
+            )
     elif s == State.FAILED:
         status = Status(f"Failed: {_why(task)}", "bad")
         status.details.append(f"after attempt {attempts}" + (f" ({task.error_kind})" if task.error_kind else ""))

@@ -1,4 +1,5 @@
 """Probes for load balancers and orchestrators (no authentication, nothing about tasks)."""
+
 from __future__ import annotations
 
 import logging

@@ -11,6 +11,7 @@ ends, however it ends (the response's close, a ``finally``).
 Also: ``client_gone(environ)``, telling whether the client of a held request has closed its
 connection, so a long-poll (and an idle stream) ends without waiting to write to it.
 """
+
 from __future__ import annotations
 
 import select
@@ -19,8 +20,12 @@ import threading
 
 from flask import current_app, request
 
-DEFAULTS = {"GHOSTLESS_STREAMS_PER_USER": 8, "GHOSTLESS_LONGPOLLS_PER_USER": 8, "GHOSTLESS_HELD_MAX": 200,
-            "GHOSTLESS_BUSY_RETRY_MS": 10000}
+DEFAULTS = {
+    "GHOSTLESS_STREAMS_PER_USER": 8,
+    "GHOSTLESS_LONGPOLLS_PER_USER": 8,
+    "GHOSTLESS_HELD_MAX": 200,
+    "GHOSTLESS_BUSY_RETRY_MS": 10000,
+}
 STREAM, LONGPOLL = "stream", "longpoll"
 KINDS = {STREAM: "GHOSTLESS_STREAMS_PER_USER", LONGPOLL: "GHOSTLESS_LONGPOLLS_PER_USER"}
 CLIENT_CHECK = 0.5  # s: a held request looks this often whether its client has gone away
@@ -56,6 +61,7 @@ class Held:
                 else:
                     del self._counts[(kind, user)]
                 self.total -= 1
+
         return release
 
     def count(self, kind: str, user: str | None = None) -> int:

@@ -17,6 +17,7 @@ Kinds and config keys (0 turns a limit off):
 
 The address is ``request.remote_addr``: behind a proxy, set ``GHOSTLESS_PROXIES`` (web/app.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,10 +27,16 @@ from flask import current_app, request
 from .deps import get_engine
 from .errors import ApiError
 
-KINDS = {"login": ("GHOSTLESS_LOGIN_LIMIT", "GHOSTLESS_LOGIN_WINDOW"),
-         "bearer": ("GHOSTLESS_BEARER_LIMIT", "GHOSTLESS_BEARER_WINDOW")}
-DEFAULTS = {"GHOSTLESS_LOGIN_LIMIT": 10, "GHOSTLESS_LOGIN_WINDOW": 60.0,
-            "GHOSTLESS_BEARER_LIMIT": 30, "GHOSTLESS_BEARER_WINDOW": 60.0}
+KINDS = {
+    "login": ("GHOSTLESS_LOGIN_LIMIT", "GHOSTLESS_LOGIN_WINDOW"),
+    "bearer": ("GHOSTLESS_BEARER_LIMIT", "GHOSTLESS_BEARER_WINDOW"),
+}
+DEFAULTS = {
+    "GHOSTLESS_LOGIN_LIMIT": 10,
+    "GHOSTLESS_LOGIN_WINDOW": 60.0,
+    "GHOSTLESS_BEARER_LIMIT": 30,
+    "GHOSTLESS_BEARER_WINDOW": 60.0,
+}
 
 
 class RateLimited(ApiError):
@@ -37,8 +44,12 @@ class RateLimited(ApiError):
 
     def __init__(self, kind: str, retry_after: int):
         what = "logins" if kind == "login" else "token checks"
-        super().__init__(429, "rate_limited", f"too many failed {what} from this address; "
-                         f"try again in {retry_after} s", {"Retry-After": str(retry_after)})
+        super().__init__(
+            429,
+            "rate_limited",
+            f"too many failed {what} from this address; try again in {retry_after} s",
+            {"Retry-After": str(retry_after)},
+        )
         self.kind, self.retry_after = kind, retry_after
 
 

@@ -28,6 +28,7 @@ $GHOSTLESS_METRICS_TOKEN`` (the scraper's own secret), to an admin user's token 
 or to anyone when ``GHOSTLESS_METRICS_PUBLIC=1`` (a private network, a sidecar). Otherwise:
 401 (no or wrong credentials) or 403 (a user who is not an admin).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -45,10 +46,12 @@ from .errors import ApiError
 
 bp = Blueprint("metrics", __name__)
 BREAKER_VALUES = {"closed": 0, "half_open": 1, "open": 2}
-COUNTERS = (("stale_rejections", "Calls refused because their fencing token was stale"),
-            ("overdue", "Tasks the sweeper recorded as past their due time"),
-            ("escalated", "Tasks the sweeper recorded as past their escalation time"),
-            ("parked", "Tasks set aside while their upstream's circuit breaker was open"))
+COUNTERS = (
+    ("stale_rejections", "Calls refused because their fencing token was stale"),
+    ("overdue", "Tasks the sweeper recorded as past their due time"),
+    ("escalated", "Tasks the sweeper recorded as past their escalation time"),
+    ("parked", "Tasks set aside while their upstream's circuit breaker was open"),
+)
 
 
 def time_totals(engine, queues: list[str]) -> dict[str, dict[str, int]]:
@@ -57,8 +60,10 @@ def time_totals(engine, queues: list[str]) -> dict[str, dict[str, int]]:
     pipe = engine.redis.pipeline(transaction=False)
     for q in queues:
         pipe.hgetall(engine.keys.queue_key(q, "stats"))
-    return {q: {text(k): int(v) for k, v in raw.items() if text(k).startswith(("tis_", "stage_"))}
-            for q, raw in zip(queues, pipe.execute())}
+    return {
+        q: {text(k): int(v) for k, v in raw.items() if text(k).startswith(("tis_", "stage_"))}
+        for q, raw in zip(queues, pipe.execute())
+    }
 
 
 class EngineCollector:
@@ -73,15 +78,23 @@ class EngineCollector:
         queues = list(stats)
         totals = time_totals(engine, queues)
         tasks = GaugeMetricFamily("ghostless_tasks", "Tasks in each state now", labels=["queue", "state"])
-        entered = CounterMetricFamily("ghostless_transitions", "Tasks that entered each state",
-                                      labels=["queue", "state"])
-        failures = CounterMetricFamily("ghostless_failures", "Failed attempts per error kind",
-                                       labels=["queue", "error_kind"])
+        entered = CounterMetricFamily(
+            "ghostless_transitions", "Tasks that entered each state", labels=["queue", "state"]
+        )
+        failures = CounterMetricFamily(
+            "ghostless_failures", "Failed attempts per error kind", labels=["queue", "error_kind"]
+        )
         counters = {name: CounterMetricFamily(f"ghostless_{name}", doc, labels=["queue"]) for name, doc in COUNTERS}
-        in_state = SummaryMetricFamily("ghostless_time_in_state_seconds",
-                                       "Time tasks spent in a state before leaving it", labels=["queue", "state"])
-        in_stage = SummaryMetricFamily("ghostless_time_in_stage_seconds",
-                                       "Time tasks spent in a stage before leaving it", labels=["queue", "stage"])
+        in_state = SummaryMetricFamily(
+            "ghostless_time_in_state_seconds",
+            "Time tasks spent in a state before leaving it",
+            labels=["queue", "state"],
+        )
+        in_stage = SummaryMetricFamily(
+            "ghostless_time_in_stage_seconds",
+            "Time tasks spent in a stage before leaving it",
+            labels=["queue", "stage"],
+        )
         for q, st in stats.items():
             for state in State:
                 tasks.add_metric([q, state.value], st["counts"][state.value])
@@ -96,12 +109,14 @@ class EngineCollector:
                     if key.startswith(f"{prefix}_n:"):
                         name = key.split(":", 1)[1]
                         family.add_metric([q, name], raw[key], raw.get(f"{prefix}_ms:{name}", 0) / 1000)
-        breakers = GaugeMetricFamily("ghostless_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open",
-                                     labels=["queue", "upstream"])
+        breakers = GaugeMetricFamily(
+            "ghostless_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open", labels=["queue", "upstream"]
+        )
         for b in engine.breakers():
             breakers.add_metric([b["queue"], b["upstream"]], BREAKER_VALUES.get(b["state"], 2))
-        draining = GaugeMetricFamily("ghostless_queue_draining", "1 while the queue hands no task to workers",
-                                     labels=["queue"])
+        draining = GaugeMetricFamily(
+            "ghostless_queue_draining", "1 while the queue hands no task to workers", labels=["queue"]
+        )
         drained = set(engine.draining())
         for q in queues:
             draining.add_metric([q], 1 if q in drained else 0)
@@ -124,12 +139,16 @@ def _check_access() -> None:
         return
     if user is not None:
         raise ApiError(403, "forbidden", "metrics are for operators: an admin, or the metrics token")
-    raise ApiError(401, "unauthorized", "metrics need the metrics token (GHOSTLESS_METRICS_TOKEN) or an admin",
-                   UNAUTHORIZED)
+    raise ApiError(
+        401, "unauthorized", "metrics need the metrics token (GHOSTLESS_METRICS_TOKEN) or an admin", UNAUTHORIZED
+    )
 
 
 @bp.get("/metrics")
 def metrics():
     _check_access()
-    return Response(generate_latest(EngineCollector(get_engine())), content_type=CONTENT_TYPE_LATEST,
-                    headers={"Cache-Control": "no-store"})
+    return Response(
+        generate_latest(EngineCollector(get_engine())),
+        content_type=CONTENT_TYPE_LATEST,
+        headers={"Cache-Control": "no-store"},
+    )

@@ -12,6 +12,7 @@ panels show none of theirs. Admins see every task and get the admin controls
 (web/admin.py). Pages send a strict Content-Security-Policy: no inline script or style,
 nothing from another origin.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,10 @@ from .friendly import clock, describe, duration, iso, ordinal, stage_label, with
 
 bp = Blueprint("pages", __name__)
 
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 STATUSES = [s.value for s in State]
 PAGE_SIZE = 50
 
@@ -66,8 +69,15 @@ def _template_helpers(state):
     template prints passes ``without_bidi`` (set before any template is compiled)."""
     state.app.jinja_env.finalize = without_bidi
     state.app.jinja_env.globals.update(
-        iso=iso, clock=clock, duration=duration, ordinal=ordinal, stage_label=stage_label,
-        state_class=dash.state_class, event_text=dash.event_text, csrf_token=_csrf)
+        iso=iso,
+        clock=clock,
+        duration=duration,
+        ordinal=ordinal,
+        stage_label=stage_label,
+        state_class=dash.state_class,
+        event_text=dash.event_text,
+        csrf_token=_csrf,
+    )
 
 
 def _csrf() -> str:
@@ -84,16 +94,18 @@ def _dashboard_data() -> dict:
     app = current_app
     cache = app.extensions.get("ghostless.dashboard")
     if cache is None:
-        cache = app.extensions.setdefault("ghostless.dashboard",
-                                          dash.SharedCache(app.config["GHOSTLESS_DASHBOARD_CACHE"]))
+        cache = app.extensions.setdefault(
+            "ghostless.dashboard", dash.SharedCache(app.config["GHOSTLESS_DASHBOARD_CACHE"])
+        )
     return dash.gather(get_engine(), cache, g.caller.admin, _owner(), app.config["GHOSTLESS_STUCK_AFTER"])
 
 
 @bp.get("/")
 def dashboard():
     engine = get_engine()
-    return render_template("dashboard.html", user=g.caller, d=_dashboard_data(),
-                           types=sorted(t.name for t in engine.registry))
+    return render_template(
+        "dashboard.html", user=g.caller, d=_dashboard_data(), types=sorted(t.name for t in engine.registry)
+    )
 
 
 @bp.get("/dashboard/live")
@@ -114,18 +126,31 @@ def task_list():
     if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= 200:
         raise ApiError(400, "invalid", "limit must be an integer within 1..200")
     try:
-        tasks, cursor = engine.list_tasks(owner=owner, status=f["status"] or None, type=f["type"] or None,
-                                          queue=f["queue"] or None, limit=int(limit),
-                                          cursor=request.args.get("cursor") or None)
+        tasks, cursor = engine.list_tasks(
+            owner=owner,
+            status=f["status"] or None,
+            type=f["type"] or None,
+            queue=f["queue"] or None,
+            limit=int(limit),
+            cursor=request.args.get("cursor") or None,
+        )
     except ValueError as e:
         raise ApiError(400, "invalid", str(e)) from None
     filters = {k: v for k, v in f.items() if v and (k != "owner" or g.caller.admin)}
     if limit != str(PAGE_SIZE):
         filters["limit"] = limit
     next_url = url_for("pages.task_list", cursor=cursor, **filters) if cursor else None
-    return render_template("tasks.html", user=g.caller, tasks=tasks, f=f, next_url=next_url,
-                           first_url=url_for("pages.task_list", **filters) if request.args.get("cursor") else None,
-                           statuses=STATUSES, types=sorted(t.name for t in engine.registry), queues=engine.queues())
+    return render_template(
+        "tasks.html",
+        user=g.caller,
+        tasks=tasks,
+        f=f,
+        next_url=next_url,
+        first_url=url_for("pages.task_list", **filters) if request.args.get("cursor") else None,
+        statuses=STATUSES,
+        types=sorted(t.name for t in engine.registry),
+        queues=engine.queues(),
+    )
 
 
 # -- one task -----------------------------------------------------------------------------------------
@@ -138,8 +163,13 @@ def _task_view(task_id: str) -> dict:
     now = server_ms(engine.redis) / 1000
     draining = not task.terminal and task.queue in engine.draining()
     history = engine.history(task_id)
-    return {"task": task, "history": list(reversed(history)), "status": describe(task, now, draining),
-            "now": now, "user": g.caller}
+    return {
+        "task": task,
+        "history": list(reversed(history)),
+        "status": describe(task, now, draining),
+        "now": now,
+        "user": g.caller,
+    }
 
 
 @bp.get("/tasks/<task_id>")
@@ -147,9 +177,12 @@ def task_page(task_id: str):
     view = _task_view(task_id)
     task = view["task"]
     args_json = json.dumps(task.args if task.args is not None else {}, indent=2, sort_keys=True)
-    return render_template("task.html", args_json=args_json,
-                           result_json=json.dumps(task.result, indent=2, sort_keys=True)
-                           if task.result is not None else None, **view)
+    return render_template(
+        "task.html",
+        args_json=args_json,
+        result_json=json.dumps(task.result, indent=2, sort_keys=True) if task.result is not None else None,
+        **view,
+    )
 
 
 @bp.get("/tasks/<task_id>/panel")

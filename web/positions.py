@@ -11,6 +11,7 @@ nothing from ``base`` on. Resuming replays each queue from there (``XRANGE``), s
 lost or repeated. Only queues that had an event for this client are listed, and queue names
 cannot contain ``,`` or ``:``.
 """
+
 from __future__ import annotations
 
 import re

@@ -3,6 +3,7 @@ position, stuck tasks, throughput, workers, the user of a token digest.
 
 Nothing here changes a task: every write goes through the scripts (engine/core/engine.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,15 +58,18 @@ def stuck_tasks(engine, queued_after: float, owner: str | None = None, limit: in
     out = []
     for queue in engine.queues():
         # A QUEUED task's dispatch deadline is dispatched_at + requeue_after: the oldest come first.
-        for key, until in ((engine.keys.queue_key(queue, "leases"), now),
-                           (engine.keys.queue_key(queue, "dispatch"), now - queued_after * 1000 + requeue_ms)):
+        for key, until in (
+            (engine.keys.queue_key(queue, "leases"), now),
+            (engine.keys.queue_key(queue, "dispatch"), now - queued_after * 1000 + requeue_ms),
+        ):
             out += _stuck_in(engine, key, until, now, queued_after, owner, limit)
     out.sort(key=lambda s: -s["for_seconds"])
     return out[:limit]
 
 
-def _stuck_in(engine, key: str, until: float, now: int, queued_after: float, owner: str | None,
-              limit: int) -> list[dict]:
+def _stuck_in(
+    engine, key: str, until: float, now: int, queued_after: float, owner: str | None, limit: int
+) -> list[dict]:
     """Up to ``limit`` of ``owner``'s stuck tasks among one deadline set's due entries, read a
     batch at a time: other owners' tasks first in line must not hide the caller's."""
     out, offset = [], 0
@@ -76,8 +80,11 @@ def _stuck_in(engine, key: str, until: float, now: int, queued_after: float, own
                 continue
             if task.status == State.PROCESSING and task.lease_deadline and task.lease_deadline * 1000 < now:
                 out.append(_stuck(task, "lease_expired", now / 1000 - task.lease_deadline))
-            elif task.status in (State.PENDING, State.QUEUED) and task.updated_at \
-                    and now / 1000 - task.updated_at >= queued_after:
+            elif (
+                task.status in (State.PENDING, State.QUEUED)
+                and task.updated_at
+                and now / 1000 - task.updated_at >= queued_after
+            ):
                 out.append(_stuck(task, f"{task.status.value.lower()}_too_long", now / 1000 - task.updated_at))
         if len(ids) < limit:
             return out
@@ -86,8 +93,16 @@ def _stuck_in(engine, key: str, until: float, now: int, queued_after: float, own
 
 
 def _stuck(task: Task, why: str, seconds: float) -> dict:
-    return {"task_id": task.id, "queue": task.queue, "type": task.type, "owner": task.owner,
-            "status": task.status.value, "stage": task.stage, "why": why, "for_seconds": round(seconds, 3)}
+    return {
+        "task_id": task.id,
+        "queue": task.queue,
+        "type": task.type,
+        "owner": task.owner,
+        "status": task.status.value,
+        "stage": task.stage,
+        "why": why,
+        "for_seconds": round(seconds, 3),
+    }
 
 
 def throughput(engine, minutes: int = 5) -> dict:

@@ -6,6 +6,7 @@ None (``off``) submits without limits. A user's record may override any field
 (``ghostless user quota NAME ...``); records are read at most every ``GHOSTLESS_QUOTA_CACHE``
 seconds per process, so a change takes effect within that.
 """
+
 from __future__ import annotations
 
 import json

@@ -13,6 +13,7 @@ overrides), so short requests always find a thread; gthread reads request heads 
 (web/threadworker.py), gevent bounds a head read by ``keepalive``; idle kept-alive connections
 close after KEEPALIVE seconds; access logs redact login codes (web/accesslog.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,16 @@ def gunicorn_available() -> bool:
     return True
 
 
-def serve(engine, app_spec: str | None, host: str, port: int, workers: int, threads: int,
-          server: str = "gthread", connections: int = 1000) -> None:
+def serve(
+    engine,
+    app_spec: str | None,
+    host: str,
+    port: int,
+    workers: int,
+    threads: int,
+    server: str = "gthread",
+    connections: int = 1000,
+) -> None:
     """Run the web app until interrupted. ``engine`` is the already loaded app (the dev
     server serves it; gunicorn workers load ``app_spec`` again, each in its own process).
 
@@ -60,8 +69,10 @@ def serve(engine, app_spec: str | None, host: str, port: int, workers: int, thre
         _cap_held(threads)
         _gunicorn(host, port, workers, threads)
         return
-    log.warning("gunicorn is not installed: serving with Flask's development server (one process, "
-                "threaded); pip install gunicorn for production")
+    log.warning(
+        "gunicorn is not installed: serving with Flask's development server (one process, "
+        "threaded); pip install gunicorn for production"
+    )
     from .accesslog import RedactLoginCodes
     from .app import create_app
 
@@ -75,8 +86,10 @@ def require_shared_secret(workers: int) -> None:
     """Several processes need one session key: each would otherwise make its own random key
     and refuse the cookies the others signed (a login that works every other request)."""
     if workers > 1 and not os.environ.get("GHOSTLESS_SECRET_KEY"):
-        raise RuntimeError(f"--workers {workers} needs GHOSTLESS_SECRET_KEY (the same in every process, e.g. "
-                           "from `openssl rand -hex 32`) so that a login works in all of them; or use --workers 1")
+        raise RuntimeError(
+            f"--workers {workers} needs GHOSTLESS_SECRET_KEY (the same in every process, e.g. "
+            "from `openssl rand -hex 32`) so that a login works in all of them; or use --workers 1"
+        )
 
 
 def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:
@@ -91,17 +104,28 @@ def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:
         raise RuntimeError(str(e)) from None
     worker_class = HeadFirstThreadWorker if supported() else "gthread"
     if not supported():
-        log.warning("gunicorn < 27: stock gthread workers, in which each half-sent request head holds a "
-                    "thread; install gunicorn >= 27 (requirements.txt pins it)")
+        log.warning(
+            "gunicorn < 27: stock gthread workers, in which each half-sent request head holds a "
+            "thread; install gunicorn >= 27 (requirements.txt pins it)"
+        )
 
     class App(BaseApplication):
         def load_config(self):
             # gthread accepts no more than worker_connections at once (default 1000), streams
             # included: leave room for every thread's stream plus short requests.
-            settings = {"bind": f"{host}:{port}", "workers": workers, "threads": threads,
-                        "worker_class": worker_class, "worker_connections": max(1000, threads * 2),
-                        "timeout": 30, "graceful_timeout": 5, "keepalive": KEEPALIVE, "accesslog": "-",
-                        "errorlog": "-", "logger_class": RedactingLogger}
+            settings = {
+                "bind": f"{host}:{port}",
+                "workers": workers,
+                "threads": threads,
+                "worker_class": worker_class,
+                "worker_connections": max(1000, threads * 2),
+                "timeout": 30,
+                "graceful_timeout": 5,
+                "keepalive": KEEPALIVE,
+                "accesslog": "-",
+                "errorlog": "-",
+                "logger_class": RedactingLogger,
+            }
             # gunicorn >= 27's control socket has one default path per user: two servers on
             # one host would contend for it, and nothing here uses it.
             if "control_socket_disable" in self.cfg.settings:
@@ -130,9 +154,31 @@ def _gevent(app_spec: str | None, host: str, port: int, workers: int, connection
     os.environ["GHOSTLESS_APP"] = app_spec
     _cap_held(connections)
     package = __name__.rsplit(".", 1)[0]
-    args = [sys.executable, "-m", "gunicorn", "--worker-class", "gevent", "--workers", str(workers),
-            "--worker-connections", str(connections), "--bind", f"{host}:{port}", "--timeout", "30",
-            "--graceful-timeout", "5", "--keep-alive", str(KEEPALIVE), "--access-logfile", "-",
-            "--error-logfile", "-", "--logger-class", f"{package}.accesslog.RedactingLogger",
-            "--no-control-socket", f"{package}:create_app()"]
+    args = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--worker-class",
+        "gevent",
+        "--workers",
+        str(workers),
+        "--worker-connections",
+        str(connections),
+        "--bind",
+        f"{host}:{port}",
+        "--timeout",
+        "30",
+        "--graceful-timeout",
+        "5",
+        "--keep-alive",
+        str(KEEPALIVE),
+        "--access-logfile",
+        "-",
+        "--error-logfile",
+        "-",
+        "--logger-class",
+        f"{package}.accesslog.RedactingLogger",
+        "--no-control-socket",
+        f"{package}:create_app()",
+    ]
     os.execv(sys.executable, args)

@@ -13,6 +13,7 @@ with a ``ready`` event carrying the starting position.
 Views only check access and set headers; generators read live events from the process's
 broker (web/broker.py) and replay from the queue streams; cleanup runs in ``finally``.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,8 +68,9 @@ def _last_event_id() -> str | None:
 
 
 def _stream(generator) -> Response:
-    return Response(generator, mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return Response(
+        generator, mimetype="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 def _held_stream(make) -> Response:
@@ -77,8 +79,9 @@ def _held_stream(make) -> Response:
     GHOSTLESS_BUSY_RETRY_MS and ends at once (a 200: an error status would make it give up)."""
     release = held().acquire(STREAM, g.caller.name)
     if release is None:
-        return _stream([format_comment("busy: too many open streams, retrying later"),
-                        format_event(retry=busy_retry_ms())])
+        return _stream(
+            [format_comment("busy: too many open streams, retrying later"), format_event(retry=busy_retry_ms())]
+        )
     try:
         environ = request.environ
         response = _stream(_ending_on_redis_errors(make(lambda: client_gone(environ))))
@@ -113,12 +116,14 @@ def task_events(task_id: str):
     last = _last_event_id()
     last = last if wq.parse_stream_id(last) is not None else None
     still_valid = credential_check()
-    return _held_stream(lambda gone: task_stream(engine, get_broker(), task_id, last, *_settings(),
-                                                 still_valid=still_valid, gone=gone))
+    return _held_stream(
+        lambda gone: task_stream(engine, get_broker(), task_id, last, *_settings(), still_valid=still_valid, gone=gone)
+    )
 
 
-def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: float, retry_ms: int,
-                still_valid=None, gone=None):
+def task_stream(
+    engine, broker, task_id: str, last_id: str | None, keepalive: float, retry_ms: int, still_valid=None, gone=None
+):
     """Snapshot (or replay after ``last_id``), then live events until a terminal state; ends early
     once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client is
     (see ``_live``)."""
@@ -132,10 +137,14 @@ def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: fl
         # A snapshot when the client has nothing, may have missed trimmed events, or names an
         # event this stream has not written yet (not an id we sent): replaying from it would
         # skip every event up to that id, the terminal one included.
-        if last_id is None or wq.parse_stream_id(last_id) > wq.parse_stream_id(position) \
-                or wq.stream_may_be_trimmed(engine, task.queue, last_id):
-            yield format_event(position, "snapshot", {"task": task_json(task),
-                                                      "history": [e.to_dict() for e in history]})
+        if (
+            last_id is None
+            or wq.parse_stream_id(last_id) > wq.parse_stream_id(position)
+            or wq.stream_may_be_trimmed(engine, task.queue, last_id)
+        ):
+            yield format_event(
+                position, "snapshot", {"task": task_json(task), "history": [e.to_dict() for e in history]}
+            )
             last_id = None  # the snapshot is where this client is now
         else:
             for ev in wq.read_stream(engine, task.queue, f"({last_id}", position):
@@ -168,15 +177,25 @@ def all_events():
         positions = None  # not an id we sent: start afresh rather than skip events until then
     owner = None if g.caller.admin else g.caller.name
     engine, broker, still_valid = get_engine(), get_broker(), credential_check()
-    return _held_stream(lambda gone: feed_stream(engine, broker, owner, positions, *_settings(),
-                                                 still_valid=still_valid, gone=gone))
+    return _held_stream(
+        lambda gone: feed_stream(engine, broker, owner, positions, *_settings(), still_valid=still_valid, gone=gone)
+    )
 
 
-def feed_stream(engine, broker, owner: str | None, positions: Positions | None, keepalive: float,
-                retry_ms: int, still_valid=None, gone=None):
+def feed_stream(
+    engine,
+    broker,
+    owner: str | None,
+    positions: Positions | None,
+    keepalive: float,
+    retry_ms: int,
+    still_valid=None,
+    gone=None,
+):
     """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live;
     ends once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client
     is (see ``_live``)."""
+
     def visible(ev: dict) -> bool:
         return owner is None or ev["owner"] == owner
 
@@ -240,4 +259,5 @@ def _revocation_check(still_valid, every: float):
             return False
         next_at = time.monotonic() + every
         return not still_valid()
+
     return revoked

@@ -16,6 +16,7 @@ client that stops reading, loses its connection. A body sent steadily but slowly
 seconds) still holds its thread up to its size (capped by MAX_CONTENT_LENGTH). Plain HTTP/1 only:
 with TLS or HTTP/2 configured it behaves as the stock gthread worker.
 """
+
 from __future__ import annotations
 
 import errno

@@ -1,5 +1,6 @@
 """Admin commands of ``ghostless``: reclaim a stuck task, retry every FAILED of a type, drain a queue,
 set a user's submit quota."""
+
 from __future__ import annotations
 
 import click
@@ -69,8 +70,12 @@ def _limit(kind, text):
 
 def _quota_options(fn):
     for name in reversed(FIELDS):
-        fn = click.option(f"--{name.replace('_', '-')}", name, metavar="N|none",
-                          help="Seconds of the rate's window." if name == "per" else None)(fn)
+        fn = click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            metavar="N|none",
+            help="Seconds of the rate's window." if name == "per" else None,
+        )(fn)
     return fn
 
 
@@ -97,5 +102,10 @@ def user_quota_command(app_spec, redis_url, as_json, name, clear, **limits):
     if as_json:
         dump(quota)
     else:
-        click.echo(f"{name}: " + (", ".join(f"{k}={'none' if v is None else v}" for k, v in sorted(quota.items()))
-                                  or "the web app's defaults"))
+        click.echo(
+            f"{name}: "
+            + (
+                ", ".join(f"{k}={'none' if v is None else v}" for k, v in sorted(quota.items()))
+                or "the web app's defaults"
+            )
+        )

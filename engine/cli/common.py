@@ -5,6 +5,7 @@ Errors are one line on stderr, never a traceback: exit 2 for a bad argument (mal
 unknown task type, no app), exit 1 for an unknown task, a refused transition, an unreachable
 Redis or a Redis that refused.
 """
+
 from __future__ import annotations
 
 import json

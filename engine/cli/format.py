@@ -2,6 +2,7 @@
 
 Times are UTC from the Redis clock, to the millisecond.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,17 +40,25 @@ def task_block(task: Task) -> str:
         if task.message:
             status += f"  {task.message!r}"
     rows = [
-        ("task", task.id), ("type", f"{task.type}  (queue {task.queue}, priority {task.priority})"),
-        ("status", status), ("owner", task.owner), ("attempt", f"{task.attempt} of {task.max_attempts}"),
-        ("worker", task.worker), ("created", when(task.created_at)), ("updated", when(task.updated_at)),
+        ("task", task.id),
+        ("type", f"{task.type}  (queue {task.queue}, priority {task.priority})"),
+        ("status", status),
+        ("owner", task.owner),
+        ("attempt", f"{task.attempt} of {task.max_attempts}"),
+        ("worker", task.worker),
+        ("created", when(task.created_at)),
+        ("updated", when(task.updated_at)),
         ("started", when(task.started_at) if task.started_at else ""),
         ("finished", when(task.finished_at) if task.finished_at else ""),
         ("next retry", when(task.next_retry_at) if task.next_retry_at else ""),
         ("lease until", when(task.lease_deadline) if task.lease_deadline else ""),
-        ("error", task.error_kind), ("reason", task.reason),
-        ("supersedes", task.supersedes), ("superseded by", task.superseded_by),
+        ("error", task.error_kind),
+        ("reason", task.reason),
+        ("supersedes", task.supersedes),
+        ("superseded by", task.superseded_by),
         ("idempotency key", task.idempotency_key),
-        ("args", _json(task.args)), ("result", _json(task.result) if task.result is not None else ""),
+        ("args", _json(task.args)),
+        ("result", _json(task.result) if task.result is not None else ""),
     ]
     return "\n".join(f"{name:<16}{value}" for name, value in rows if value not in ("", None))
 
@@ -67,16 +76,27 @@ def _what(kind: str, verb: str, from_: str, to: str, stage: str, extra: dict) ->
 
 
 def history_table(history: list[Event]) -> str:
-    rows = [[when(e.at), _what(e.kind, e.verb, e.from_, e.to, e.stage, e.extra), e.stage, e.attempt or "",
-             e.worker, e.by, e.reason] for e in history]
+    rows = [
+        [
+            when(e.at),
+            _what(e.kind, e.verb, e.from_, e.to, e.stage, e.extra),
+            e.stage,
+            e.attempt or "",
+            e.worker,
+            e.by,
+            e.reason,
+        ]
+        for e in history
+    ]
     return table(["at", "what", "stage", "attempt", "worker", "by", "reason"], rows, right={3})
 
 
 def event_line(ev: dict) -> str:
     """One stream event (engine/core/streams.py stream_event) as one line."""
     extra = {k: v for k, v in ev.items() if k in ("progress", "message", "token")}
-    what = _what(ev.get("kind", ""), ev.get("verb", ""), ev.get("from", ""), ev.get("to", ""),
-                 ev.get("stage", ""), extra)
+    what = _what(
+        ev.get("kind", ""), ev.get("verb", ""), ev.get("from", ""), ev.get("to", ""), ev.get("stage", ""), extra
+    )
     parts = [when(ev.get("at")), ev.get("task_id", ""), ev.get("type", ""), what]
     for name in ("attempt", "worker", "by", "reason"):
         value = ev.get(name)
@@ -87,11 +107,14 @@ def event_line(ev: dict) -> str:
 
 def stats_tables(stats: dict) -> str:
     states = [s.value for s in State]
-    out = [table(["queue", *states, "stale rejections"],
-                 [[q, *(s["counts"].get(st, 0) for st in states), s["stale_rejections"]] for q, s in stats.items()],
-                 right=set(range(1, len(states) + 2)))]
-    tis = [[q, *(_secs(s["time_in_state"].get(st)) for st in states)] for q, s in stats.items()
-           if s["time_in_state"]]
+    out = [
+        table(
+            ["queue", *states, "stale rejections"],
+            [[q, *(s["counts"].get(st, 0) for st in states), s["stale_rejections"]] for q, s in stats.items()],
+            right=set(range(1, len(states) + 2)),
+        )
+    ]
+    tis = [[q, *(_secs(s["time_in_state"].get(st)) for st in states)] for q, s in stats.items() if s["time_in_state"]]
     if tis:
         out.append("\nmean time in state (seconds, over tasks that left it)")
         out.append(table(["queue", *states], tis, right=set(range(1, len(states) + 1))))

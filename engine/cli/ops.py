@@ -6,6 +6,7 @@ or JSON with ``--json`` for scripts. Errors are one line on stderr, never a trac
 exit 1 for an unknown task, a refused transition, an unreachable Redis or violated invariants.
 cancel, edit and retry act as an admin and record ``--by`` (default ``cli``) in the history.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,14 +53,36 @@ def _get(engine, task_id):
 @click.option("--due-in", type=float, help="Seconds by which it should have ended (else: overdue).")
 @click.option("--escalate-in", type=float, help="Seconds after which an unfinished task escalates.")
 @click.option("--notify-url", help="Webhook for its notifications (the app must enable them).")
-def submit_command(app_spec, redis_url, as_json, type_name, args_json, owner, idempotency_key, priority, delay,
-                   depends_on, due_in, escalate_in, notify_url):
+def submit_command(
+    app_spec,
+    redis_url,
+    as_json,
+    type_name,
+    args_json,
+    owner,
+    idempotency_key,
+    priority,
+    delay,
+    depends_on,
+    due_in,
+    escalate_in,
+    notify_url,
+):
     """Submit a task of a registered TYPE."""
     args = _args(args_json)
     engine = load_engine(app_spec, redis_url, quiet=True)
-    task = engine.submit(type_name, args, owner=owner, idempotency_key=idempotency_key, priority=priority,
-                         delay=delay, depends_on=list(depends_on) or None, due_in=due_in,
-                         escalate_in=escalate_in, notify_url=notify_url)
+    task = engine.submit(
+        type_name,
+        args,
+        owner=owner,
+        idempotency_key=idempotency_key,
+        priority=priority,
+        delay=delay,
+        depends_on=list(depends_on) or None,
+        due_in=due_in,
+        escalate_in=escalate_in,
+        notify_url=notify_url,
+    )
     if as_json:
         dump(task.to_dict())
     else:
@@ -131,11 +154,19 @@ def retry_command(app_spec, redis_url, as_json, task_id, by):
 
 # -- watching -------------------------------------------------------------------------------------
 @command("tail")
-@click.option("--since", default="$", show_default=True,
-              help="Stream id to start after: $ for new events only, 0 for every event still kept.")
+@click.option(
+    "--since",
+    default="$",
+    show_default=True,
+    help="Stream id to start after: $ for new events only, 0 for every event still kept.",
+)
 @click.option("--task", "task_id", help="Only this task's events; ends after its terminal state.")
-@click.option("--follow/--no-follow", default=True, show_default=True,
-              help="Keep waiting for new events (XREAD BLOCK) or stop at the end of the streams.")
+@click.option(
+    "--follow/--no-follow",
+    default=True,
+    show_default=True,
+    help="Keep waiting for new events (XREAD BLOCK) or stop at the end of the streams.",
+)
 def tail_command(app_spec, redis_url, as_json, since, task_id, follow):
     """Print queue events as they happen, one line each (Ctrl-C stops)."""
     from .tail import Tail
@@ -176,33 +207,49 @@ def check_command(ctx, app_spec, redis_url, as_json):
         pipe.zcard(engine.keys.queue_key(q, "index"))
     total = sum(pipe.execute()) if queues else 0
     show_bar = sys.stderr.isatty() and total > check_mod.CHUNK
-    with click.progressbar(length=total, label="checking tasks", file=sys.stderr,
-                           hidden=not show_bar) as bar:
+    with click.progressbar(length=total, label="checking tasks", file=sys.stderr, hidden=not show_bar) as bar:
         problems = check_mod.check(engine, progress=lambda queue, n: bar.update(n))
     lost = engine.data_epoch.problem(queues)  # never writes the marker: a check cannot adopt a loss
     problems = ([lost] if lost else []) + problems
     epoch, since_ms = engine.data_epoch.current()
     notes = [msg for _, msg in persistence_notes(engine.redis)]
     if epoch:
-        notes.append(f"data epoch {epoch} since {when(since_ms / 1000) if since_ms else '?'}: a loss of data "
-                     "before then is not visible here")
+        notes.append(
+            f"data epoch {epoch} since {when(since_ms / 1000) if since_ms else '?'}: a loss of data "
+            "before then is not visible here"
+        )
     if as_json:
-        dump({"healthy": not problems, "violations": problems, "queues": queues, "tasks": total,
-               "server": notes, "data_epoch": epoch})
+        dump(
+            {
+                "healthy": not problems,
+                "violations": problems,
+                "queues": queues,
+                "tasks": total,
+                "server": notes,
+                "data_epoch": epoch,
+            }
+        )
     else:
         for note in notes:
             click.echo(f"redis: {note}")
         for p in problems:
             click.echo(f"VIOLATION {p}")
         verdict = f"{len(problems)} invariant violation(s)" if problems else "healthy: every invariant holds"
-        click.echo(f"{verdict} ({len(queues)} queue(s), {total} task(s) checked at {when(server_ms(engine.redis) / 1000)})")
+        click.echo(
+            f"{verdict} ({len(queues)} queue(s), {total} task(s) checked at {when(server_ms(engine.redis) / 1000)})"
+        )
     ctx.exit(1 if problems else 0)
 
 
 # -- periodic tasks -------------------------------------------------------------------------------
 @command("scheduler")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
-              help="Seconds between ticks (a period starts at most this late).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between ticks (a period starts at most this late).",
+)
 @click.option("--burst", is_flag=True, help="Run one tick (fire what is due now) and exit.")
 @click.option("--list", "list_only", is_flag=True, help="Print the schedules and their periods, then exit.")
 @click.option("--log-level", default="INFO", show_default=True)
@@ -221,13 +268,16 @@ def scheduler_command(app_spec, redis_url, as_json, interval, burst, list_only, 
             dump(rows)
             return
         for r in rows:
-            click.echo(f"{r['name']}  cron {r['cron']!r}  type {r['type']}  owner {r['owner']}  "
-                       f"next {r['next_period']}  last fired {r['last_fired'] or '-'} ({r['last_task'] or '-'})")
+            click.echo(
+                f"{r['name']}  cron {r['cron']!r}  type {r['type']}  owner {r['owner']}  "
+                f"next {r['next_period']}  last fired {r['last_fired'] or '-'} ({r['last_task'] or '-'})"
+            )
         return
     from ghostless.periodic.scheduler import run_scheduler
 
     log = logging.getLogger("ghostless.scheduler")
     for r in describe(engine):
-        log.info("schedule %s: cron %r (UTC), type %s, next period %s", r["name"], r["cron"], r["type"],
-                 r["next_period"])
+        log.info(
+            "schedule %s: cron %r (UTC), type %s, next period %s", r["name"], r["cron"], r["type"], r["next_period"]
+        )
     run_scheduler(engine, interval, burst=burst)

@@ -1,6 +1,7 @@
 """The ``ghostless`` command (also ``python -m ghostless``): the ``main`` group, its long-running
 processes (worker, sweeper, web, demo) and the ``user`` group. ops.py and admin.py add the rest
 through ``command``."""
+
 from __future__ import annotations
 
 import functools
@@ -37,8 +38,13 @@ def command(name: str, **kw):
 @APP
 @REDIS
 @click.argument("queues", nargs=-1)
-@click.option("--worker-class", type=click.Choice(["fork", "simple"]), default="fork", show_default=True,
-              help="fork: each attempt in a work-horse process (isolation); simple: in the worker itself.")
+@click.option(
+    "--worker-class",
+    type=click.Choice(["fork", "simple"]),
+    default="fork",
+    show_default=True,
+    help="fork: each attempt in a work-horse process (isolation); simple: in the worker itself.",
+)
 @click.option("--burst", is_flag=True, help="Stop when the queues are empty.")
 @click.option("--name", help="Worker name (default: RQ's unique name).")
 @click.option("--log-level", default="INFO", show_default=True)
@@ -58,8 +64,13 @@ def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_l
 @main.command("sweeper")
 @APP
 @REDIS
-@click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
-              help="Longest sleep between ticks (seconds); it wakes earlier for the next deadline.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="Longest sleep between ticks (seconds); it wakes earlier for the next deadline.",
+)
 @click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--log-level", default="INFO", show_default=True)
 def sweeper_command(app_spec, redis_url, interval, batch, log_level):
@@ -89,14 +100,34 @@ def demo_command(ctx):
 @REDIS
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Processes (each with one event stream reader).")
-@click.option("--threads", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Threads per process: each open SSE stream or long-poll holds one (gthread).")
-@click.option("--server", type=click.Choice(["gthread", "gevent"]), default="gthread", show_default=True,
-              help="gunicorn worker class; gevent (pip install 'ghostless[gevent]') for many open streams.")
-@click.option("--connections", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Open connections per process (gevent).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Processes (each with one event stream reader).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Threads per process: each open SSE stream or long-poll holds one (gthread).",
+)
+@click.option(
+    "--server",
+    type=click.Choice(["gthread", "gevent"]),
+    default="gthread",
+    show_default=True,
+    help="gunicorn worker class; gevent (pip install 'ghostless[gevent]') for many open streams.",
+)
+@click.option(
+    "--connections",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Open connections per process (gevent).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 def web_command(app_spec, redis_url, host, port, workers, threads, server, connections, log_level):
     """Serve the web app and JSON API (gunicorn gthread when installed)."""

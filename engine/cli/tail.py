@@ -6,6 +6,7 @@ every queue's stream (new queues are picked up as they appear), or over one task
 queue, in stream-id order (two queues' events of the same millisecond come in either
 order), as the dicts the web's SSE sends (engine/core/streams.py).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -78,8 +79,9 @@ class Tail:
                 self.engine.redis.time()  # no queue yet: wait, but notice Redis going away
                 time.sleep(self.block_ms / 1000)
                 continue
-            reply = self.engine.redis.xread({self._key(q): p for q, p in self.positions.items()},
-                                            count=BATCH, block=self.block_ms)
+            reply = self.engine.redis.xread(
+                {self._key(q): p for q, p in self.positions.items()}, count=BATCH, block=self.block_ms
+            )
             batch = []
             for key, entries in reply or []:
                 queue = self._queue_of(text(key))

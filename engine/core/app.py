@@ -1,5 +1,6 @@
 """Finding the user's engine: ``--app module:attribute`` or ``GHOSTLESS_APP``, the way Flask
 and Celery name apps."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """Reading circuit breaker states (their changes happen inside the claim/complete/fail scripts)."""
+
 from __future__ import annotations
 
 from .text import text
@@ -14,7 +15,15 @@ def states(engine) -> list[dict]:
         h = {text(k): text(v) for k, v in engine.redis.hgetall(engine.keys.breaker(tt.queue, tt.breaker_name)).items()}
         calls = sum(int(v) for k, v in h.items() if k.startswith(("ok:", "fail:")))
         fails = sum(int(v) for k, v in h.items() if k.startswith("fail:"))
-        rows.append({"queue": tt.queue, "upstream": tt.breaker_name, "state": h.get("state", "closed"),
-                     "open_until": int(h["open_until"]) / 1000 if h.get("open_until", "0") != "0" else None,
-                     "calls": calls, "failures": fails, "policy": tt.breaker.policy})
+        rows.append(
+            {
+                "queue": tt.queue,
+                "upstream": tt.breaker_name,
+                "state": h.get("state", "closed"),
+                "open_until": int(h["open_until"]) / 1000 if h.get("open_until", "0") != "0" else None,
+                "calls": calls,
+                "failures": fails,
+                "policy": tt.breaker.policy,
+            }
+        )
     return rows

@@ -3,6 +3,7 @@
 A scan of each queue's index; fine for an operator's check or a test, never
 used on a hot path.
 """
+
 from __future__ import annotations
 
 from .states import DEADLINE_SET, TERMINAL, State
@@ -24,18 +25,29 @@ def check(engine, progress=None) -> list[str]:
 def _check_queue(engine, queue: str, progress=None) -> list[str]:
     r, k = engine.redis, engine.keys
     problems: list[str] = []
-    members = {name: {text(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
-               for name in SETS + (LINE,)}
+    members = {
+        name: {text(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
+        for name in SETS + (LINE,)
+    }
     ids = [text(m) for m in r.zrange(k.queue_key(queue, "index"), 0, -1)]
     scanned = {s.value: 0 for s in State}
     unfinished: dict[str, int] = {}  # what the owners hash must hold: 'n:<owner>' and 'b:<owner>'
     seen = set()
     for start in range(0, len(ids), CHUNK):
-        chunk = ids[start:start + CHUNK]
+        chunk = ids[start : start + CHUNK]
         pipe = r.pipeline(transaction=False)
         for tid in chunk:
-            pipe.hmget(k.task(tid).task, "status", "lease_until", "attempt_deadline", "stage_deadline",
-                       "token", "attempt", "owner", "waiting_on")
+            pipe.hmget(
+                k.task(tid).task,
+                "status",
+                "lease_until",
+                "attempt_deadline",
+                "stage_deadline",
+                "token",
+                "attempt",
+                "owner",
+                "waiting_on",
+            )
         rows = pipe.execute()
         pipe = r.pipeline(transaction=False)
         for tid, row in zip(chunk, rows):
@@ -62,10 +74,13 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
             if where != [expected]:
                 problems.append(f"{tid}: {status} is in {where or 'no set'}, expected exactly [{expected}]")
             if (status == State.QUEUED.value) != (tid in members[LINE]):
-                problems.append(f"{tid}: {status} {'missing from' if tid not in members[LINE] else 'in'} "
-                                f"the ready line")
+                problems.append(
+                    f"{tid}: {status} {'missing from' if tid not in members[LINE] else 'in'} the ready line"
+                )
             if status == State.PROCESSING.value:
-                parts = [int(lease_until or 0), int(attempt_dl or 0)] + ([int(stage_dl)] if stage_dl and int(stage_dl) else [])
+                parts = [int(lease_until or 0), int(attempt_dl or 0)] + (
+                    [int(stage_dl)] if stage_dl and int(stage_dl) else []
+                )
                 score = members["leases"].get(tid)
                 if score is not None and int(score) != min(parts):
                     problems.append(f"{tid}: lease score {int(score)} != deadline {min(parts)}")
@@ -80,8 +95,10 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
     for field in sorted(held.keys() | unfinished.keys()):
         if held.get(field, 0) != unfinished.get(field, 0):
             what = "unfinished tasks" if field.startswith("n:") else "args bytes of unfinished tasks"
-            problems.append(f"queue {queue}: owner {field[2:]!r} is counted with {held.get(field, 0)} {what} "
-                            f"but a scan finds {unfinished.get(field, 0)}")
+            problems.append(
+                f"queue {queue}: owner {field[2:]!r} is counted with {held.get(field, 0)} {what} "
+                f"but a scan finds {unfinished.get(field, 0)}"
+            )
     counts = {text(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "counts")).items()}
     for state, n in scanned.items():
         if counts.get(state, 0) != n:

@@ -3,6 +3,7 @@
 Deadlines, periods and stream ids are Redis's milliseconds (the scripts read TIME), never this
 machine's clock: a process compares with them only through ``server_ms``.
 """
+
 from __future__ import annotations
 
 RETRY_BASE = 0.1  # seconds: the first pause after a failure, doubled per further failure

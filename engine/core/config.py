@@ -1,4 +1,5 @@
 """Engine settings: retention, caps and timings, in one documented place."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

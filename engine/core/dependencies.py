@@ -11,6 +11,7 @@ between the two steps delays a child but never forgets it.
 Parents must be in the child's queue: every key a script touches shares the
 queue's hash tag (one Redis Cluster slot).
 """
+
 from __future__ import annotations
 
 from .errors import Code, TaskNotFound
@@ -35,8 +36,9 @@ def parents(engine, queue: str, depends_on) -> tuple[list[str], list[TaskKeys]]:
         if pq is None:
             raise ValueError(f"depends_on: {pid!r} is not a task id")
         if pq != queue:
-            raise ValueError(f"depends_on: task {pid} is in queue {pq!r}; parents must be in the child's "
-                             f"queue ({queue!r})")
+            raise ValueError(
+                f"depends_on: task {pid} is in queue {pq!r}; parents must be in the child's queue ({queue!r})"
+            )
         keys.append(engine.keys.task(pid))
     return ids, keys
 

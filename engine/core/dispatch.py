@@ -5,6 +5,7 @@ under the name ``"rq"`` (``register``): the core names no executor, the executio
 Without one, tasks wait in PENDING in the ``dispatch`` deadline set, and a
 worker may still claim them directly.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -15,8 +16,9 @@ class Dispatcher(Protocol):
     #: False for NullDispatcher: the engine then leaves tasks in PENDING.
     active: bool
 
-    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float,
-                at_front: bool = False) -> None:
+    def enqueue(
+        self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float, at_front: bool = False
+    ) -> None:
         """Create the executor job ``dispatch_id`` whose one argument is ``task_id``; with
         ``at_front`` (a task returning from a lost attempt) ahead of the others of its priority.
 

@@ -3,6 +3,7 @@
 Every state change is one script call (engine/core/scripts.py). This module checks
 input, builds keys, and turns replies into Task, Lease and Event objects.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,8 +62,15 @@ class Engine(LeaseCalls, Management):
         strict: raise instead of warning when Redis may evict keys.
     """
 
-    def __init__(self, redis, namespace: str = "gl", config: Config | None = None,
-                 dispatcher: Dispatcher | str | None = "rq", strict: bool = False, check: bool = True):
+    def __init__(
+        self,
+        redis,
+        namespace: str = "gl",
+        config: Config | None = None,
+        dispatcher: Dispatcher | str | None = "rq",
+        strict: bool = False,
+        check: bool = True,
+    ):
         self.redis = redis
         self.keys = Keys(namespace)
         self.config = config or Config()
@@ -87,10 +95,22 @@ class Engine(LeaseCalls, Management):
         return cls(redis_lib.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), **kwargs)
 
     # -- registry ---------------------------------------------------------------------------------
-    def task(self, name: str | None = None, *, queue: str = "default", timeout: float = 600.0,
-             lease: float = 15.0, max_attempts: int = 3, backoff=None, stages=None,
-             permanent_errors=(), breaker: Breaker | bool | None = None, upstream: str = "",
-             verify: Callable | None = None, internal: bool = False) -> Callable:
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        queue: str = "default",
+        timeout: float = 600.0,
+        lease: float = 15.0,
+        max_attempts: int = 3,
+        backoff=None,
+        stages=None,
+        permanent_errors=(),
+        breaker: Breaker | bool | None = None,
+        upstream: str = "",
+        verify: Callable | None = None,
+        internal: bool = False,
+    ) -> Callable:
         """Decorator registering a task type (the allowlist of what may be submitted and run).
 
         ``breaker`` (a Breaker, or True for the defaults; implied by ``upstream``) guards the
@@ -103,11 +123,23 @@ class Engine(LeaseCalls, Management):
             breaker = Breaker()
 
         def register(fn: Callable) -> Callable:
-            self.registry.add(TaskType(
-                name=name or fn.__name__, fn=fn, queue=queue, timeout=timeout, lease=lease,
-                max_attempts=max_attempts, backoff=as_backoff(backoff), stages=dict(stages or {}),
-                permanent_errors=tuple(permanent_errors), breaker=breaker or None, upstream=upstream,
-                verify=verify, internal=internal))
+            self.registry.add(
+                TaskType(
+                    name=name or fn.__name__,
+                    fn=fn,
+                    queue=queue,
+                    timeout=timeout,
+                    lease=lease,
+                    max_attempts=max_attempts,
+                    backoff=as_backoff(backoff),
+                    stages=dict(stages or {}),
+                    permanent_errors=tuple(permanent_errors),
+                    breaker=breaker or None,
+                    upstream=upstream,
+                    verify=verify,
+                    internal=internal,
+                )
+            )
             return fn
 
         return register
@@ -123,10 +155,22 @@ class Engine(LeaseCalls, Management):
         return sorted(found | set(self.registry.queues()))
 
     # -- client calls -----------------------------------------------------------------------------
-    def submit(self, type: str, args: dict | None = None, *, owner: str, idempotency_key: str | None = None,
-               priority: int = 0, delay: float = 0, due_in: float | None = None,
-               escalate_in: float | None = None, depends_on: list[str] | None = None,
-               notify_url: str | None = None, quota: Quota | None = None, internal: bool = False) -> Task:
+    def submit(
+        self,
+        type: str,
+        args: dict | None = None,
+        *,
+        owner: str,
+        idempotency_key: str | None = None,
+        priority: int = 0,
+        delay: float = 0,
+        due_in: float | None = None,
+        escalate_in: float | None = None,
+        depends_on: list[str] | None = None,
+        notify_url: str | None = None,
+        quota: Quota | None = None,
+        internal: bool = False,
+    ) -> Task:
         """Create a task in PENDING (or return the one its idempotency key names).
 
         Args:
@@ -167,32 +211,71 @@ class Engine(LeaseCalls, Management):
         parent_ids, parents = deps.parents(self, tt.queue, depends_on)
         if notify_url is not None and notify.TYPE not in self.registry:
             raise ValueError("notify_url needs engine.enable_notifications(secret) in the app")
-        notify_url = notify.check_url(notify_url) if notify_url is not None else (
-            notify.owner_webhook(self, owner) if notify.TYPE in self.registry and tt.name != notify.TYPE else None)
+        notify_url = (
+            notify.check_url(notify_url)
+            if notify_url is not None
+            else (
+                notify.owner_webhook(self, owner) if notify.TYPE in self.registry and tt.name != notify.TYPE else None
+            )
+        )
         task_id = new_task_id(tt.queue)
         self._remember_queue(tt.queue)
         digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
         idem = self.keys.idempotency(tt.queue, owner, idempotency_key) if idempotency_key else None
         rate_key = self.keys.submit_rate(tt.queue, owner) if quota else None
-        reply = self.scripts.submit(self.keys.task(task_id), self.keys.owner_index(tt.queue, owner), SubmitArgs(
-            task_id=task_id, type_name=tt.name, owner=owner, args_json=args_json, digest=digest,
-            max_attempts=tt.max_attempts, lease_ms=ms(tt.lease), timeout_ms=ms(tt.timeout), priority=priority,
-            delay_ms=delay_ms, backoff=tt.backoff.spec(), idempotency_ttl_ms=ms(self.config.idempotency_ttl),
-            idempotency_key=idempotency_key or "", queue=tt.queue, due_ms=due_ms, escalate_ms=escalate_ms,
-            notify_url=notify_url or "", quota=quota.spec() if quota else "", parent_ids=tuple(parent_ids)),
-            parents, rate_key, idem)
+        reply = self.scripts.submit(
+            self.keys.task(task_id),
+            self.keys.owner_index(tt.queue, owner),
+            SubmitArgs(
+                task_id=task_id,
+                type_name=tt.name,
+                owner=owner,
+                args_json=args_json,
+                digest=digest,
+                max_attempts=tt.max_attempts,
+                lease_ms=ms(tt.lease),
+                timeout_ms=ms(tt.timeout),
+                priority=priority,
+                delay_ms=delay_ms,
+                backoff=tt.backoff.spec(),
+                idempotency_ttl_ms=ms(self.config.idempotency_ttl),
+                idempotency_key=idempotency_key or "",
+                queue=tt.queue,
+                due_ms=due_ms,
+                escalate_ms=escalate_ms,
+                notify_url=notify_url or "",
+                quota=quota.spec() if quota else "",
+                parent_ids=tuple(parent_ids),
+            ),
+            parents,
+            rate_key,
+            idem,
+        )
         if reply[0] == Code.REPLAYED:
             task = self._require(reply[1])
             task.replayed = True
             return task
         now = int(reply[2]) / 1000
         # Built from what was sent (no read back): the times are the script's, from Redis TIME.
-        task = Task(id=task_id, type=tt.name, queue=tt.queue, owner=owner, status=State.PENDING,
-                    max_attempts=tt.max_attempts, args=json.loads(args_json), created_at=now, updated_at=now,
-                    version=1, priority=priority, idempotency_key=idempotency_key or "", parents=parent_ids,
-                    due_at=now + due_ms / 1000 if due_ms else None,
-                    escalate_at=now + escalate_ms / 1000 if escalate_ms else None, notify_url=notify_url or "",
-                    waiting=reply[3] == "waiting")
+        task = Task(
+            id=task_id,
+            type=tt.name,
+            queue=tt.queue,
+            owner=owner,
+            status=State.PENDING,
+            max_attempts=tt.max_attempts,
+            args=json.loads(args_json),
+            created_at=now,
+            updated_at=now,
+            version=1,
+            priority=priority,
+            idempotency_key=idempotency_key or "",
+            parents=parent_ids,
+            due_at=now + due_ms / 1000 if due_ms else None,
+            escalate_at=now + escalate_ms / 1000 if escalate_ms else None,
+            notify_url=notify_url or "",
+            waiting=reply[3] == "waiting",
+        )
         if reply[3] == "resolve":  # a parent had already failed: cancelled now, not in a minute
             deps.resolve(self, task_id)
             return self._require(task_id)
@@ -228,14 +311,21 @@ class Engine(LeaseCalls, Management):
         # Recorded first: a worker that takes the job at once must find its dispatch id current
         # (enqueue-then-record let an idle worker's claim arrive first and be refused). The script
         # also answers the draining switch, so checking it costs no round trip.
-        reply = self.scripts.dispatch(self.keys.task(task_id), self.keys.queue_key(tt.queue, "control"), task_id,
-                                      dispatch_id, ms(self.config.requeue_after), seen_score)
+        reply = self.scripts.dispatch(
+            self.keys.task(task_id),
+            self.keys.queue_key(tt.queue, "control"),
+            task_id,
+            dispatch_id,
+            ms(self.config.requeue_after),
+            seen_score,
+        )
         if reply[0] == Code.NOT_DUE:
             return None
         try:
             with refusing_full(f"enqueue of task {task_id}"):
-                self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, priority, tt.timeout,
-                                        at_front=len(reply) > 2 and reply[2] == 1)
+                self.dispatcher.enqueue(
+                    task_id, tt.queue, dispatch_id, priority, tt.timeout, at_front=len(reply) > 2 and reply[2] == 1
+                )
         except Exception:
             self.job_lost(task_id, dispatch_id)
             raise
@@ -255,8 +345,15 @@ class Engine(LeaseCalls, Management):
         read = self.scripts.read({t: self.keys.task(t) for t in task_ids if parse_task_id(t) is not None}, owner)
         return [Task.from_reply(read[t]) if read.get(t) else None for t in task_ids]
 
-    def list_tasks(self, owner: str | None = None, status: str | None = None, type: str | None = None,
-                   queue: str | None = None, limit: int = 50, cursor: str | None = None):
+    def list_tasks(
+        self,
+        owner: str | None = None,
+        status: str | None = None,
+        type: str | None = None,
+        queue: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ):
         """An owner's tasks (every owner's with ``owner=None``), newest first: (tasks, next cursor)."""
         return listing.list_tasks(self, owner, status, type, queue, limit, cursor)
 
@@ -290,8 +387,7 @@ class Engine(LeaseCalls, Management):
     def notifications(self, task_id: str) -> list[Task]:
         """The delivery tasks made for a task's notifications, oldest first (their history is the
         delivery history)."""
-        ids = [text(i)
-               for i in self.redis.lrange(self._keys(task_id).notifications, 0, -1)]
+        ids = [text(i) for i in self.redis.lrange(self._keys(task_id).notifications, 0, -1)]
         return [t for t in self.get_many(ids) if t is not None]
 
     def resolve(self, task_id: str) -> str | None:

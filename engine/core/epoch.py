@@ -13,6 +13,7 @@ queues or Redis still lists some (``problem``). What it cannot: a total loss fol
 restart of every process before anyone looked (the first of them writes a new marker, as on a
 brand-new Redis), and a partial loss that kept the marker (e.g. an old RDB snapshot loaded).
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,10 +60,12 @@ class DataEpoch:
             if self.seen is None:
                 self.seen = current
             elif current != self.seen and self.lost is None:
-                self.lost = (f"Redis lost its data: the data epoch marker {self.key} "
-                             f"{'is gone' if current is None else 'changed'} since this process started "
-                             f"(was {self.seen}; a restart without persistence, a FLUSHALL or a failover "
-                             "to an empty replica): tasks written before are gone")
+                self.lost = (
+                    f"Redis lost its data: the data epoch marker {self.key} "
+                    f"{'is gone' if current is None else 'changed'} since this process started "
+                    f"(was {self.seen}; a restart without persistence, a FLUSHALL or a failover "
+                    "to an empty replica): tasks written before are gone"
+                )
                 log.error("%s", self.lost)
         return self.lost
 
@@ -78,9 +81,11 @@ class DataEpoch:
         """For ``ghostless check`` (a process started now): the marker missing while queues exist."""
         if self.redis.exists(self.key) or not queues:
             return None
-        return (f"Redis holds no ghostless data marker ({self.key}) although queues exist "
-                f"({', '.join(queues)}): its data was lost (a restart without persistence, a FLUSHALL) "
-                "or no worker, sweeper, web process or submit has used this Redis yet")
+        return (
+            f"Redis holds no ghostless data marker ({self.key}) although queues exist "
+            f"({', '.join(queues)}): its data was lost (a restart without persistence, a FLUSHALL) "
+            "or no worker, sweeper, web process or submit has used this Redis yet"
+        )
 
     def watch(self, interval: float | None = None, stop: threading.Event | None = None) -> threading.Thread:
         """Adopt the epoch now, then verify it every ``interval`` s (WATCH_INTERVAL) in a daemon

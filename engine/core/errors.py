@@ -4,6 +4,7 @@ Scripts return ``{code, ...}``. Codes >= 0 are successes; negative codes are
 refusals. The loader hands ``Code`` to Lua as constants, so the numbers live
 only here.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,12 @@ class Code(enum.IntEnum):
 
 #: Redis failing for its own reasons (unreachable, hung, restarting, loading, full under noeviction,
 #: a read-only replica after a failover): nobody's fault but the server's, and it passes.
-REDIS_FAULTS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
-                redis.exceptions.ReadOnlyError)
+REDIS_FAULTS = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+)
 
 
 class GhostlessError(Exception):
@@ -50,8 +55,10 @@ class BadArgs(GhostlessError, ValueError):
 
     def __init__(self, type_name: str, missing=(), unexpected=(), accepted=(), detail: str = ""):
         self.type, self.missing, self.unexpected = type_name, list(missing), list(unexpected)
-        parts = [f"missing {_names(self.missing)}" if self.missing else "",
-                 f"unexpected {_names(self.unexpected)}" if self.unexpected else ""]
+        parts = [
+            f"missing {_names(self.missing)}" if self.missing else "",
+            f"unexpected {_names(self.unexpected)}" if self.unexpected else "",
+        ]
         why = "; ".join(p for p in parts if p) or detail
         takes = _names(accepted, quote=False) or "no arguments"
         super().__init__(f"args do not fit task type {type_name!r}: {why} (it takes: {takes})")

@@ -6,6 +6,7 @@ single slot (Redis Cluster ready). A task id carries its queue
 Keys of no queue that are new (the web's rate limits) share the global tag ``{@global}``
 (``@`` is outside the queue alphabet, so no queue's tag can equal it).
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -1,6 +1,7 @@
 """The lease holder's calls (the worker side of the Engine): claim, heartbeat, stage, progress,
 checkpoint, complete, fail, release, park. Each is one script call carrying the fencing token.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,9 +43,13 @@ def client_like(client, **overrides):
     pool = getattr(client, "connection_pool", None)
     if type(pool) is not redis.ConnectionPool:
         return client
-    return type(client)(connection_pool=redis.ConnectionPool(
-        connection_class=pool.connection_class, max_connections=pool.max_connections,
-        **{**pool.connection_kwargs, **overrides}))
+    return type(client)(
+        connection_pool=redis.ConnectionPool(
+            connection_class=pool.connection_class,
+            max_connections=pool.max_connections,
+            **{**pool.connection_kwargs, **overrides},
+        )
+    )
 
 
 def no_resends() -> dict:
@@ -78,6 +83,7 @@ class LeaseCalls:
     _unreported: dict[str, str]
 
     if TYPE_CHECKING:
+
         def _keys(self, task_id: str) -> TaskKeys: ...
         def _json(self, what: str, value: Any, limit: int | None = None) -> str: ...
         def dispatch(self, task_id: str) -> str | None: ...
@@ -108,8 +114,9 @@ class LeaseCalls:
                 breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
                 spec = tt.breaker.spec(tt.breaker_name)
         try:
-            reply = self.scripts.claim(keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types,
-                                       breaker_key, spec)
+            reply = self.scripts.claim(
+                keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types, breaker_key, spec
+            )
         except (RedisFull, redis.ConnectionError, redis.TimeoutError):
             if dispatch_id:  # the executor handed this job over: it will not be delivered again
                 self.job_lost(task_id, dispatch_id, patience=self.config.dispatch_grace)
@@ -118,9 +125,17 @@ class LeaseCalls:
             assert tt is not None  # a breaker answers only where tt named its key
             raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
         flat = reply[7] if len(reply) > 7 else []
-        return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=json.loads(reply[3]),
-                     type=reply[4], worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]),
-                     checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)})
+        return Lease(
+            task_id=task_id,
+            token=int(reply[1]),
+            attempt=int(reply[2]),
+            args=json.loads(reply[3]),
+            type=reply[4],
+            worker=worker,
+            lease=int(reply[5]) / 1000,
+            max_attempts=int(reply[6]),
+            checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)},
+        )
 
     def job_lost(self, task_id: str, dispatch_id: str, patience: float = 0.0) -> bool:
         """Report that the executor job ``dispatch_id`` of a QUEUED task will not run (its enqueue
@@ -135,8 +150,9 @@ class LeaseCalls:
             try:
                 keys = self._keys(task_id)  # TaskNotFound for an id that names no queue
                 control = self.keys.queue_key(parse_task_id(task_id) or "", "control")
-                reply = self.scripts.dispatch(keys, control, task_id, dispatch_id,
-                                              ms(self.config.dispatch_grace), rearm=True)
+                reply = self.scripts.dispatch(
+                    keys, control, task_id, dispatch_id, ms(self.config.dispatch_grace), rearm=True
+                )
                 self._unreported.pop(task_id, None)
                 return reply[0] == Code.REPLAYED
             except (IllegalTransition, TaskNotFound):
@@ -146,8 +162,12 @@ class LeaseCalls:
                 if time.monotonic() + pause > give_up:
                     if len(self._unreported) < MAX_UNREPORTED:
                         self._unreported[task_id] = dispatch_id
-                    log.warning("task %s: its job %s is lost and the sweeper could not be told yet (%s)",
-                                task_id, dispatch_id, e)
+                    log.warning(
+                        "task %s: its job %s is lost and the sweeper could not be told yet (%s)",
+                        task_id,
+                        dispatch_id,
+                        e,
+                    )
                     return False
                 time.sleep(pause)
                 pause = min(2 * pause, 1.0)
@@ -166,13 +186,30 @@ class LeaseCalls:
 
         Lets a worker's parent process report on behalf of a work-horse that died.
         """
-        row = self.redis.hmget(self._keys(task_id).task, "status", "claim_id", "token", "attempt", "type",
-                               "worker", "lease_ms", "max_attempts")
+        row = self.redis.hmget(
+            self._keys(task_id).task,
+            "status",
+            "claim_id",
+            "token",
+            "attempt",
+            "type",
+            "worker",
+            "lease_ms",
+            "max_attempts",
+        )
         status, cid, token, attempt, type_name, worker, lease_ms, max_attempts = (text(v) for v in row)
         if status != State.PROCESSING.value or cid != claim_id:
             return None
-        return Lease(task_id=task_id, token=int(token), attempt=int(attempt), args=None, type=type_name,
-                     worker=worker, lease=int(lease_ms) / 1000, max_attempts=int(max_attempts))
+        return Lease(
+            task_id=task_id,
+            token=int(token),
+            attempt=int(attempt),
+            args=None,
+            type=type_name,
+            worker=worker,
+            lease=int(lease_ms) / 1000,
+            max_attempts=int(max_attempts),
+        )
 
     def heartbeat(self, lease: Lease) -> float:
         """Extend the lease. Returns seconds until the task's earliest deadline.
@@ -201,8 +238,9 @@ class LeaseCalls:
 
     def checkpoint(self, lease: Lease, key: str, value: Any) -> None:
         """Save a JSON value that later attempts can read (Engine.checkpoints)."""
-        self.scripts.checkpoint(self.keys.task(lease.task_id), lease, _text("checkpoint key", key),
-                                self._json("checkpoint", value))
+        self.scripts.checkpoint(
+            self.keys.task(lease.task_id), lease, _text("checkpoint key", key), self._json("checkpoint", value)
+        )
 
     def complete(self, lease: Lease, result: Any = None) -> State:
         """Store the result; the task becomes SUCCESS. A repeat with the same lease is a no-op.
@@ -212,8 +250,9 @@ class LeaseCalls:
         reply = self.scripts.complete(self.keys.task(lease.task_id), lease, result_json, breaker_key, spec)
         return State(reply[1])
 
-    def fail(self, lease: Lease, error_kind: str, reason: str = "", retryable: bool = True,
-             retry_in: float | None = None) -> State:
+    def fail(
+        self, lease: Lease, error_kind: str, reason: str = "", retryable: bool = True, retry_in: float | None = None
+    ) -> State:
         """End the attempt in failure: RETRY_WAITING (retryable, attempts left) or FAILED.
 
         Error kinds the type declares permanent are never retried. ``retry_in``
@@ -227,8 +266,17 @@ class LeaseCalls:
         delay = None if retry_in is None else _duration_ms("retry_in", retry_in)
         # Only the task's own retryable failures count against its upstream's breaker.
         breaker_key, spec = self._breaker(lease.type) if retry and retry_in is None else (None, "")
-        reply = self.scripts.fail(self.keys.task(lease.task_id), lease, error_kind, _text("reason", reason, empty=True),
-                                  retry, random.random(), delay, breaker_key, spec)
+        reply = self.scripts.fail(
+            self.keys.task(lease.task_id),
+            lease,
+            error_kind,
+            _text("reason", reason, empty=True),
+            retry,
+            random.random(),
+            delay,
+            breaker_key,
+            spec,
+        )
         state = State(reply[1])
         if state == State.RETRY_WAITING and retry_in == 0 and reply[0] == Code.OK:
             self._retry_now(lease.task_id)
@@ -259,8 +307,9 @@ class LeaseCalls:
         type_name = self.redis.hget(self._keys(task_id).task, "type")
         tt = self.registry.get(text_or_none(type_name))
         fast = tt.breaker is not None and tt.breaker.policy == "fail"
-        reply = self.scripts.park(self.keys.task(task_id), task_id, _duration_ms("wait", wait), fast, upstream,
-                                  uuid.uuid4().hex)
+        reply = self.scripts.park(
+            self.keys.task(task_id), task_id, _duration_ms("wait", wait), fast, upstream, uuid.uuid4().hex
+        )
         return State(reply[1])
 
     def breakers(self) -> list[dict]:

@@ -4,6 +4,7 @@ Each queue keeps an index zset per owner (and one of all tasks) scored by
 creation time; a listing merges the queues' indexes newest first. The cursor is
 the position of the last task returned: ``<created ms>.<task id>``.
 """
+
 from __future__ import annotations
 
 from .models import Task
@@ -27,8 +28,15 @@ def _order(row: tuple[int, str]) -> tuple[int, tuple[int, ...]]:
     return -row[0], tuple(-b for b in row[1].encode())
 
 
-def list_tasks(engine, owner: str | None = None, status: str | None = None, type: str | None = None,
-               queue: str | None = None, limit: int = 50, cursor: str | None = None) -> tuple[list[Task], str | None]:
+def list_tasks(
+    engine,
+    owner: str | None = None,
+    status: str | None = None,
+    type: str | None = None,
+    queue: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> tuple[list[Task], str | None]:
     """Tasks newest first; ``owner=None`` lists every owner's (for admins).
 
     Returns (tasks, cursor of the next page or None). Raises ValueError for a bad limit or cursor.
@@ -38,16 +46,21 @@ def list_tasks(engine, owner: str | None = None, status: str | None = None, type
     position = decode_cursor(cursor)
     known = engine.queues()
     queues = [queue] if queue in known else ([] if queue else known)
-    indexes = [engine.keys.owner_index(q, owner) if owner is not None else engine.keys.queue_key(q, "index")
-               for q in queues]
+    indexes = [
+        engine.keys.owner_index(q, owner) if owner is not None else engine.keys.queue_key(q, "index") for q in queues
+    ]
     out: list[Task] = []
     while indexes:
         rows, frontiers = [], []
         for index in indexes:
             top, offset = (position[0] if position else "+inf"), 0
             while True:
-                got = [(int(s), text(m)) for m, s in
-                       engine.redis.zrevrangebyscore(index, top, "-inf", start=offset, num=SCAN, withscores=True)]
+                got = [
+                    (int(s), text(m))
+                    for m, s in engine.redis.zrevrangebyscore(
+                        index, top, "-inf", start=offset, num=SCAN, withscores=True
+                    )
+                ]
                 fresh = [r for r in got if position is None or _order(r) > _order(position)]
                 if fresh or len(got) < SCAN:
                     break

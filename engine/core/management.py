@@ -2,6 +2,7 @@
 reclaim, retry_failed, drain. Each change is one script call, owner-checked inside it (mixed into
 the Engine like engine/core/lease_calls.py).
 """
+
 from __future__ import annotations
 
 import uuid
@@ -36,13 +37,21 @@ class Management:
     dispatcher: Dispatcher
 
     if TYPE_CHECKING:
+
         def _keys(self, task_id: str) -> TaskKeys: ...
         def _require(self, task_id: str) -> Task: ...
         def _args_json(self, args: Any, tt: TaskType, quota: Quota | None) -> str: ...
         def dispatch(self, task_id: str) -> str | None: ...
         def get(self, task_id: str, owner: str | None = None) -> Task | None: ...
-        def list_tasks(self, owner: str | None = None, status: str | None = None, type: str | None = None,
-                       queue: str | None = None, limit: int = 50, cursor: str | None = None) -> Any: ...
+        def list_tasks(
+            self,
+            owner: str | None = None,
+            status: str | None = None,
+            type: str | None = None,
+            queue: str | None = None,
+            limit: int = 50,
+            cursor: str | None = None,
+        ) -> Any: ...
         def queues(self) -> list[str]: ...
 
     def cancel(self, task_id: str, *, by: str, admin: bool = False, reason: str = "") -> None:
@@ -51,8 +60,16 @@ class Management:
         by = _text("by", by)
         self.scripts.cancel(self._keys(task_id), task_id, by, admin, _text("reason", reason or f"cancelled by {by}"))
 
-    def edit(self, task_id: str, args: dict, *, by: str, admin: bool = False, quota: Quota | None = None,
-             internal: bool = False) -> Task:
+    def edit(
+        self,
+        task_id: str,
+        args: dict,
+        *,
+        by: str,
+        admin: bool = False,
+        quota: Quota | None = None,
+        internal: bool = False,
+    ) -> Task:
         """Atomically cancel a task that has not ended and submit its replacement with ``args``.
 
         ``quota`` (the task owner's, as for submit) counts the edit against its rate and the new
@@ -65,15 +82,23 @@ class Management:
         queue = parse_task_id(task_id)
         assert queue is not None  # _keys refused a malformed id
         new_id = new_task_id(queue)
-        owner, type_name = (text_or_none(v)
-                            for v in self.redis.hmget(old_keys.task, "owner", "type"))
+        owner, type_name = (text_or_none(v) for v in self.redis.hmget(old_keys.task, "owner", "type"))
         if owner is None or not (admin or owner == by):  # the script checks again, atomically
             raise TaskNotFound(task_id)
         args_json = self._args_json(args, self.registry.submittable(type_name, internal), quota)
         owner_index = self.keys.owner_index(queue, owner)
-        reply = self.scripts.edit(old_keys, task_id, self.keys.task(new_id), owner_index, by, admin, new_id,
-                                  args_json, quota.spec() if quota else "",
-                                  self.keys.submit_rate(queue, owner) if quota else None)
+        reply = self.scripts.edit(
+            old_keys,
+            task_id,
+            self.keys.task(new_id),
+            owner_index,
+            by,
+            admin,
+            new_id,
+            args_json,
+            quota.spec() if quota else "",
+            self.keys.submit_rate(queue, owner) if quota else None,
+        )
         new_id = reply[1]
         if reply[0] == Code.OK and len(reply) > 3 and reply[3] == "resolve":
             deps.resolve(self, new_id)  # it waits on the old task's parents: register with them
@@ -105,8 +130,9 @@ class Management:
         tt = self.registry.get(type)
         count, cursor = 0, None
         while True:
-            page, cursor = self.list_tasks(None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue,
-                                           limit=200, cursor=cursor)
+            page, cursor = self.list_tasks(
+                None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue, limit=200, cursor=cursor
+            )
             for task in page:
                 try:
                     self.retry(task.id, by=by, admin=True)
@@ -130,4 +156,3 @@ class Management:
         for q in queues:
             pipe.hget(self.keys.queue_key(q, "control"), "draining")
         return [q for q, flag in zip(queues, pipe.execute()) if flag]
-

@@ -2,6 +2,7 @@
 
 Times are seconds since the epoch (floats), read from Redis server time.
 """
+
 from __future__ import annotations
 
 import json
@@ -76,21 +77,41 @@ class Task:
             parts = [int(g[k]) for k in ("lease_until", "attempt_deadline", "stage_deadline") if g.get(k, "0") != "0"]
             lease = min(parts) / 1000 if parts else None
         return cls(
-            id=g["id"], type=g["type"], queue=g["queue"], owner=g["owner"], status=State(g["status"]),
-            stage=g.get("stage", ""), progress=float(g.get("progress") or 0), message=g.get("message", ""),
-            attempt=_i(g.get("attempt")), max_attempts=_i(g.get("max_attempts"), 1),
+            id=g["id"],
+            type=g["type"],
+            queue=g["queue"],
+            owner=g["owner"],
+            status=State(g["status"]),
+            stage=g.get("stage", ""),
+            progress=float(g.get("progress") or 0),
+            message=g.get("message", ""),
+            attempt=_i(g.get("attempt")),
+            max_attempts=_i(g.get("max_attempts"), 1),
             args=json.loads(args_json) if args_json else None,
             result=json.loads(result_json) if result_json else None,
-            error_kind=g.get("error_kind", ""), reason=g.get("reason", ""),
-            created_at=_t(g.get("created_at")), updated_at=_t(g.get("updated_at")),
-            started_at=_t(g.get("started_at")), finished_at=_t(g.get("finished_at")),
-            next_retry_at=_t(g.get("next_retry_at")), worker=g.get("worker", ""),
-            supersedes=g.get("supersedes", ""), superseded_by=g.get("superseded_by", ""),
-            version=_i(g.get("version")), priority=_i(g.get("priority")),
-            idempotency_key=g.get("idempotency_key", ""), token=_i(g.get("token")), lease_deadline=lease,
-            parents=[p for p in g.get("parents", "").split(",") if p], notify_url=g.get("notify_url", ""), waiting=g.get("waiting_on") == "1",
-            queued_at=_t(g.get("queued_at")), due_at=_t(g.get("due_at")), escalate_at=_t(g.get("escalate_at")),
-            overdue_at=_t(g.get("overdue_at")), escalated_at=_t(g.get("escalated_at")),
+            error_kind=g.get("error_kind", ""),
+            reason=g.get("reason", ""),
+            created_at=_t(g.get("created_at")),
+            updated_at=_t(g.get("updated_at")),
+            started_at=_t(g.get("started_at")),
+            finished_at=_t(g.get("finished_at")),
+            next_retry_at=_t(g.get("next_retry_at")),
+            worker=g.get("worker", ""),
+            supersedes=g.get("supersedes", ""),
+            superseded_by=g.get("superseded_by", ""),
+            version=_i(g.get("version")),
+            priority=_i(g.get("priority")),
+            idempotency_key=g.get("idempotency_key", ""),
+            token=_i(g.get("token")),
+            lease_deadline=lease,
+            parents=[p for p in g.get("parents", "").split(",") if p],
+            notify_url=g.get("notify_url", ""),
+            waiting=g.get("waiting_on") == "1",
+            queued_at=_t(g.get("queued_at")),
+            due_at=_t(g.get("due_at")),
+            escalate_at=_t(g.get("escalate_at")),
+            overdue_at=_t(g.get("overdue_at")),
+            escalated_at=_t(g.get("escalated_at")),
         )
 
     @classmethod
@@ -144,9 +165,16 @@ class Event:
         d = json.loads(raw)
         known = {"kind", "at", "from", "to", "stage", "attempt", "worker", "reason", "by", "verb"}
         return cls(
-            kind=d.get("kind", ""), at=int(d.get("at", 0)) / 1000, from_=d.get("from", ""), to=d.get("to", ""),
-            stage=d.get("stage", ""), attempt=int(d.get("attempt", 0) or 0), worker=d.get("worker", ""),
-            reason=d.get("reason", ""), by=d.get("by", ""), verb=d.get("verb", ""),
+            kind=d.get("kind", ""),
+            at=int(d.get("at", 0)) / 1000,
+            from_=d.get("from", ""),
+            to=d.get("to", ""),
+            stage=d.get("stage", ""),
+            attempt=int(d.get("attempt", 0) or 0),
+            worker=d.get("worker", ""),
+            reason=d.get("reason", ""),
+            by=d.get("by", ""),
+            verb=d.get("verb", ""),
             extra={k: v for k, v in d.items() if k not in known},
         )
 

@@ -19,6 +19,7 @@ address), and connects to the address it checked, so a DNS answer that changes i
 cannot swap it. Redirects are never followed: a 3xx is a failed attempt. Every refused
 destination fails for good with one and the same reason, whatever is listening there.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -100,8 +101,14 @@ class Destinations:
         if host.lower() in self.hosts or any(ip in net for net in self.networks):
             return True
         ip = getattr(ip, "ipv4_mapped", None) or ip  # ::ffff:127.0.0.1 is loopback too
-        return ip.is_global and not (ip.is_loopback or ip.is_link_local or ip.is_private or ip.is_multicast
-                                     or ip.is_unspecified or ip.is_reserved)
+        return ip.is_global and not (
+            ip.is_loopback
+            or ip.is_link_local
+            or ip.is_private
+            or ip.is_multicast
+            or ip.is_unspecified
+            or ip.is_reserved
+        )
 
 
 def post(destinations: Destinations, url: str, body: bytes, headers: dict, timeout: float) -> int:
@@ -116,7 +123,8 @@ def post(destinations: Destinations, url: str, body: bytes, headers: dict, timeo
         conn = cls(host, port, timeout=timeout)  # TLS checks the certificate against the host name
         # http.client's own hook (not in its stubs): connect to the address checked, not a new lookup
         conn._create_connection = (  # type: ignore[attr-defined]
-            lambda _, *a, ip=address, **kw: socket.create_connection((ip, port), *a, **kw))
+            lambda _, *a, ip=address, **kw: socket.create_connection((ip, port), *a, **kw)
+        )
         try:
             conn.request("POST", path, body=body, headers=headers)
             return conn.getresponse().status
@@ -127,8 +135,15 @@ def post(destinations: Destinations, url: str, body: bytes, headers: dict, timeo
     raise DeliveryFailed(f"cannot reach the receiver: {type(last).__name__}")
 
 
-def enable(engine, secret: str, queue: str = "notifications", max_attempts: int = 8, timeout: float = 10.0,
-           backoff: Backoff | None = None, allow_hosts: Iterable[str] = ()) -> None:
+def enable(
+    engine,
+    secret: str,
+    queue: str = "notifications",
+    max_attempts: int = 8,
+    timeout: float = 10.0,
+    backoff: Backoff | None = None,
+    allow_hosts: Iterable[str] = (),
+) -> None:
     """Register the delivery task type (workers must run the same app to deliver).
 
     ``allow_hosts`` opens destinations that are refused by default (loopback, private, ...): host
@@ -138,15 +153,31 @@ def enable(engine, secret: str, queue: str = "notifications", max_attempts: int 
         raise ValueError("the webhook signing secret must be a string of at least 16 characters")
     destinations = Destinations(allow_hosts)
 
-    @engine.task(name=TYPE, queue=queue, lease=max(10.0, timeout * 2), timeout=timeout * 3,
-                 max_attempts=max_attempts, backoff=backoff or Backoff.exponential(base=5, factor=3, cap=3600))
+    @engine.task(
+        name=TYPE,
+        queue=queue,
+        lease=max(10.0, timeout * 2),
+        timeout=timeout * 3,
+        max_attempts=max_attempts,
+        backoff=backoff or Backoff.exponential(base=5, factor=3, cap=3600),
+    )
     def deliver(ctx, url, event):
         body = json.dumps(event, sort_keys=True).encode()
         stamp = str(int(time.time()))
-        status = post(destinations, url, body, {
-            "Content-Type": "application/json", "User-Agent": "ghostless-webhook",
-            "X-Ghostless-Event": event["event"], "X-Ghostless-Delivery": ctx.task_id,
-            "X-Ghostless-Timestamp": stamp, "X-Ghostless-Signature": sign(secret, stamp, body)}, timeout)
+        status = post(
+            destinations,
+            url,
+            body,
+            {
+                "Content-Type": "application/json",
+                "User-Agent": "ghostless-webhook",
+                "X-Ghostless-Event": event["event"],
+                "X-Ghostless-Delivery": ctx.task_id,
+                "X-Ghostless-Timestamp": stamp,
+                "X-Ghostless-Signature": sign(secret, stamp, body),
+            },
+            timeout,
+        )
         if 200 <= status < 300:
             return {"status": status}
         if status == 410:  # the receiver says: never again
@@ -175,8 +206,9 @@ def hand_off(engine, queue: str, batch: int = 100) -> int:
     for raw in entries:
         event = json.loads(raw)
         key = f"notify:{event['task']}:{event['event']}:{event['version']}"
-        task = engine.submit(TYPE, {"url": event.pop("url"), "event": event}, owner=event["owner"],
-                             idempotency_key=key, internal=True)
+        task = engine.submit(
+            TYPE, {"url": event.pop("url"), "event": event}, owner=event["owner"], idempotency_key=key, internal=True
+        )
         if not task.replayed:  # a hand-off cut short before its removal is made again: list it once
             engine.redis.rpush(engine.keys.task(event["task"]).notifications, task.id)
     if entries:

@@ -5,10 +5,11 @@ lists highest first, so the order is strict. The same order is kept in each
 queue's ``ready`` zset, scored ``-priority * SPAN + dispatch sequence``, so a
 task's place in line (``Task.position``) is one ZRANK: O(log N).
 """
+
 from __future__ import annotations
 
 MIN, MAX = -10, 10
-SPAN = 2 ** 40  # dispatch sequence numbers per priority band (score stays an exact double)
+SPAN = 2**40  # dispatch sequence numbers per priority band (score stays an exact double)
 LEVELS = tuple(range(MAX, MIN - 1, -1))  # highest first: the order workers take them in
 
 

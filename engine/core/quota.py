@@ -7,6 +7,7 @@ tasks and their args bytes, per owner) are kept by every state change (lua/lib/r
 verified by ``ghostless check``. Python callers pass no quota by default (no limit); the web app
 applies WEB_DEFAULT, which each user's record may override (engine/core/users.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +43,11 @@ class Quota:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"quota {name} must be a positive integer or None (no limit)")
-        if isinstance(self.per, bool) or not isinstance(self.per, (int, float)) or not (
-                math.isfinite(self.per) and 0.001 <= self.per <= 86400):
+        if (
+            isinstance(self.per, bool)
+            or not isinstance(self.per, (int, float))
+            or not (math.isfinite(self.per) and 0.001 <= self.per <= 86400)
+        ):
             raise ValueError("quota per must be a number of seconds within 0.001..86400")
 
     @property
@@ -52,8 +56,7 @@ class Quota:
 
     def spec(self) -> str:
         """The ARGV form read by lua/lib/quota.lua (quota_check); 0 is no limit."""
-        return "%d %d %d %d" % (self.rate or 0, ms(self.per), self.max_unfinished or 0,
-                                self.max_unfinished_bytes or 0)
+        return "%d %d %d %d" % (self.rate or 0, ms(self.per), self.max_unfinished or 0, self.max_unfinished_bytes or 0)
 
     def with_overrides(self, overrides: dict | None) -> Quota:
         """This quota with some fields replaced (a user's record: engine/core/users.py)."""

@@ -1,4 +1,5 @@
 """Task types: the allowlist of what may be submitted and run, with each type's policy."""
+
 from __future__ import annotations
 
 import inspect

@@ -1,4 +1,5 @@
 """Start-up checks of the Redis server the engine runs on."""
+
 from __future__ import annotations
 
 import logging
@@ -32,8 +33,10 @@ def check_server(client, strict: bool = False) -> list[str]:
         policy = None
         found.append("CONFIG GET refused: cannot verify maxmemory-policy is noeviction")
     if policy not in (None, "noeviction"):
-        msg = (f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict task keys "
-               "and tasks would vanish. Set maxmemory-policy noeviction.")
+        msg = (
+            f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict task keys "
+            "and tasks would vanish. Set maxmemory-policy noeviction."
+        )
         if strict:
             raise RedisSetupError(msg)
         found.append(msg)
@@ -62,19 +65,37 @@ def persistence_notes(client) -> list[tuple[int, str]]:
         return [(logging.INFO, "persistence not verified: INFO persistence has no aof_enabled")]
     if not int(info["aof_enabled"]):
         if save:
-            lost = (f"every transition since the last RDB snapshot (snapshot rule 'save {save}': "
-                    "minutes of work)")
+            lost = f"every transition since the last RDB snapshot (snapshot rule 'save {save}': minutes of work)"
         else:
             lost = "every task (RDB snapshots are off too)"
-        return [(logging.WARNING,
-                 f"Redis AOF is off (appendonly no): a crash or restart of Redis loses {lost}; tasks then "
-                 "reappear in earlier states or not at all. Set appendonly yes with appendfsync everysec.")]
+        return [
+            (
+                logging.WARNING,
+                f"Redis AOF is off (appendonly no): a crash or restart of Redis loses {lost}; tasks then "
+                "reappear in earlier states or not at all. Set appendonly yes with appendfsync everysec.",
+            )
+        ]
     if fsync == "everysec":
-        return [(logging.INFO, "Redis AOF is on with appendfsync everysec: a crash of the machine (power, kernel) "
-                               "may lose up to about 1 s of acknowledged transitions (the sweeper re-runs what "
-                               "reappears in an earlier state); a crash of Redis alone loses nothing.")]
+        return [
+            (
+                logging.INFO,
+                "Redis AOF is on with appendfsync everysec: a crash of the machine (power, kernel) "
+                "may lose up to about 1 s of acknowledged transitions (the sweeper re-runs what "
+                "reappears in an earlier state); a crash of Redis alone loses nothing.",
+            )
+        ]
     if fsync == "always":
-        return [(logging.INFO, "Redis AOF is on with appendfsync always: every acknowledged transition survives "
-                               "a crash (each write waits for fsync).")]
-    return [(logging.WARNING, f"Redis AOF is on with appendfsync {fsync}: the OS decides when to write (often "
-                              "every 30 s), so a crash of the machine may lose that much. Prefer everysec.")]
+        return [
+            (
+                logging.INFO,
+                "Redis AOF is on with appendfsync always: every acknowledged transition survives "
+                "a crash (each write waits for fsync).",
+            )
+        ]
+    return [
+        (
+            logging.WARNING,
+            f"Redis AOF is on with appendfsync {fsync}: the OS decides when to write (often "
+            "every 30 s), so a crash of the machine may lose that much. Prefer everysec.",
+        )
+    ]

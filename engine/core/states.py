@@ -4,6 +4,7 @@ The Lua side never spells a transition out by hand: the script loader turns
 ``TRANSITIONS`` into a Lua table that every script checks before it writes,
 and ``tests/engine/test_lua_headers.py`` checks each script's header against it.
 """
+
 from __future__ import annotations
 
 import enum
@@ -53,8 +54,9 @@ class Transition:
     def all_edges(self) -> list[tuple[State | None, State]]:
         if self.edges:
             return list(self.edges)
-        return [(s, d) for s in _ordered(self.sources) for d in _ordered(self.targets)] or \
-            [(None, d) for d in _ordered(self.targets)]
+        return [(s, d) for s in _ordered(self.sources) for d in _ordered(self.targets)] or [
+            (None, d) for d in _ordered(self.targets)
+        ]
 
 
 def _ordered(states) -> list[State]:
@@ -91,8 +93,7 @@ TRANSITIONS: dict[str, Transition] = {
         _t("resolve", [_P], [_P, _C], "engine"),
         _t("cancel", NON_TERMINAL, [_C], "owner / admin"),
         # The old task is cancelled; its replacement is a new task in PENDING.
-        _t("edit", NON_TERMINAL, [_C, _P], "owner / admin",
-           edges=[(s, _C) for s in (_P, _Q, _R, _W)] + [(None, _P)]),
+        _t("edit", NON_TERMINAL, [_C, _P], "owner / admin", edges=[(s, _C) for s in (_P, _Q, _R, _W)] + [(None, _P)]),
         _t("retry", [_F, _T], [_P], "owner / admin"),
     ]
 }

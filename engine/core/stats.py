@@ -1,4 +1,5 @@
 """Queue statistics read from the counters the scripts keep (no scan)."""
+
 from __future__ import annotations
 
 from .states import State
@@ -39,7 +40,7 @@ def _means(raw: dict[str, int], total: str, count: str) -> dict[str, float]:
     out = {}
     for key, value in raw.items():
         if key.startswith(total):
-            name = key[len(total):]
+            name = key[len(total) :]
             n = raw.get(count + name, 0)
             if n:
                 out[name] = value / n / 1000

@@ -3,6 +3,7 @@ dicts the web's SSE sends and ``ghostless tail`` prints.
 
 Read-only: every write to a stream goes through the scripts (engine/core/scripts.py).
 """
+
 from __future__ import annotations
 
 import re
@@ -28,9 +29,17 @@ def parse_stream_id(value: object) -> tuple[int, int] | None:
 def stream_event(queue: str, stream_id, fields: dict) -> dict:
     """A stream entry (lua/lib/record.lua ``emit``) as the JSON the web sends."""
     f = {text(k): text(v) for k, v in fields.items()}
-    ev = {"stream_id": text(stream_id), "queue": queue, "task_id": f.pop("id", ""), "kind": f.pop("kind", ""),
-          "owner": f.pop("owner", ""), "type": f.pop("type", ""),
-          "at": int(f.pop("at", "0") or 0) / 1000, "from": f.pop("from", ""), "to": f.pop("to", "")}
+    ev = {
+        "stream_id": text(stream_id),
+        "queue": queue,
+        "task_id": f.pop("id", ""),
+        "kind": f.pop("kind", ""),
+        "owner": f.pop("owner", ""),
+        "type": f.pop("type", ""),
+        "at": int(f.pop("at", "0") or 0) / 1000,
+        "from": f.pop("from", ""),
+        "to": f.pop("to", ""),
+    }
     for name in _INT_FIELDS:
         if name in f:
             raw = f.pop(name)

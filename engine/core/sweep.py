@@ -5,6 +5,7 @@ set; the per-task scripts then act as compare-and-set (NOT_DUE when another
 sweeper or the lease holder got there first), so several sweepers may run at once.
 Calls for one batch share a pipeline: one round trip per batch, not per task.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,18 +38,47 @@ class SweepReport:
     reasons: dict = field(default_factory=dict)  # expiry reason -> count
 
     def progress(self) -> int:
-        return (self.expired + self.promoted + self.dispatched + self.refreshed + self.purged + self.overdue
-                + self.escalated + self.resolved + self.notified)
+        return (
+            self.expired
+            + self.promoted
+            + self.dispatched
+            + self.refreshed
+            + self.purged
+            + self.overdue
+            + self.escalated
+            + self.resolved
+            + self.notified
+        )
 
     @property
     def acted(self) -> bool:
-        return bool(self.expired or self.promoted or self.dispatched or self.purged or self.overdue
-                    or self.escalated or self.resolved or self.notified)
+        return bool(
+            self.expired
+            or self.promoted
+            or self.dispatched
+            or self.purged
+            or self.overdue
+            or self.escalated
+            or self.resolved
+            or self.notified
+        )
 
     def summary(self) -> str:
-        parts = [f"{n}={getattr(self, n)}" for n in ("expired", "timed_out", "promoted", "dispatched", "purged", "resolved",
-                                                      "overdue", "escalated", "notified")
-                 if getattr(self, n)]
+        parts = [
+            f"{n}={getattr(self, n)}"
+            for n in (
+                "expired",
+                "timed_out",
+                "promoted",
+                "dispatched",
+                "purged",
+                "resolved",
+                "overdue",
+                "escalated",
+                "notified",
+            )
+            if getattr(self, n)
+        ]
         if self.reasons:
             parts.append("reasons=" + ",".join(f"{k}:{v}" for k, v in sorted(self.reasons.items())))
         return "sweep " + " ".join(parts)
@@ -84,8 +114,9 @@ def _run(engine, ids: list[str], call) -> list[list]:
 def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     # Without an executor, PENDING tasks wait for a direct claim: the dispatch set is not work.
     # A draining queue hands nothing to workers: its dispatch set waits until it is resumed.
-    dispatching = engine.dispatcher.active and not engine.redis.hget(engine.keys.queue_key(queue, "control"),
-                                                                         "draining")
+    dispatching = engine.dispatcher.active and not engine.redis.hget(
+        engine.keys.queue_key(queue, "control"), "draining"
+    )
     names = ["leases", "retries", "expiry", "watch", "waiting"] + (["dispatch"] if dispatching else [])
     lists, next_ms = engine.scripts.due([engine.keys.queue_key(queue, n) for n in names], batch)
     due = dict(zip(names, lists))
@@ -133,8 +164,9 @@ def _purge(engine, queue: str, task_ids: list[str]) -> int:
     owners = [text_or_none(o) for o in pipe.execute()]
     pipe = engine.redis.pipeline(transaction=False)
     for tid, owner in zip(task_ids, owners):
-        engine.scripts.purge(engine.keys.task(tid), tid, engine.keys.owner_index(queue, owner) if owner else None,
-                             client=pipe)
+        engine.scripts.purge(
+            engine.keys.task(tid), tid, engine.keys.owner_index(queue, owner) if owner else None, client=pipe
+        )
     return sum(r[0] == Code.OK for r in engine.scripts.replies(pipe))
 
 
@@ -163,12 +195,18 @@ def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, co
         try:
             if status == State.QUEUED.value and dispatch_id and engine.dispatcher.job_exists(dispatch_id):
                 # The job is still waiting: look again after requeue_after.
-                engine.scripts.dispatch(engine.keys.task(tid), engine.keys.queue_key(queue, "control"), tid,
-                                        dispatch_id, _requeue_ms(engine))
+                engine.scripts.dispatch(
+                    engine.keys.task(tid),
+                    engine.keys.queue_key(queue, "control"),
+                    tid,
+                    dispatch_id,
+                    _requeue_ms(engine),
+                )
                 report.refreshed += 1
             else:
-                if engine.dispatch_known(tid, engine.registry.get(type_name), int(priority or 0),
-                                         seen_score=score if compare else None):
+                if engine.dispatch_known(
+                    tid, engine.registry.get(type_name), int(priority or 0), seen_score=score if compare else None
+                ):
                     report.dispatched += 1
         except UnknownTaskType:
             _warn_unknown(type_name, tid)  # it waits, PENDING, for a sweeper that knows its type
@@ -183,8 +221,12 @@ def _warn_unknown(type_name: str, task_id: str) -> None:
     """Once per type and process: a task this sweeper cannot dispatch, as its app lacks the type."""
     if type_name not in _warned_types:
         _warned_types.add(type_name)
-        log.warning("task %s of type %r waits: this sweeper's app does not register the type (a sweeper "
-                    "started before the type was added? restart it with the current app)", task_id, type_name)
+        log.warning(
+            "task %s of type %r waits: this sweeper's app does not register the type (a sweeper "
+            "started before the type was added? restart it with the current app)",
+            task_id,
+            type_name,
+        )
 
 
 def _requeue_ms(engine) -> int:
@@ -204,9 +246,11 @@ class Wake:
         self.event = threading.Event()
         self._stop = stop
         threading.Thread(target=self._listen, args=(engine,), name="ghostless-wake", daemon=True).start()
+
         def wake_on_stop() -> None:
             stop.wait()
             self.event.set()
+
         threading.Thread(target=wake_on_stop, name="ghostless-wake-stop", daemon=True).start()
 
     def _listen(self, engine) -> None:

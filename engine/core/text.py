@@ -3,6 +3,7 @@
 A client made without ``decode_responses`` answers bytes, one made with it answers str: every
 reader turns what it got into text here.
 """
+
 from __future__ import annotations
 
 

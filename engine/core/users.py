@@ -1,4 +1,5 @@
 """Users and API tokens, kept in Redis. Tokens are shown once and stored only as SHA-256 digests."""
+
 from __future__ import annotations
 
 import hashlib
@@ -114,7 +115,8 @@ class Users:
             return False
         # Every token naming them, listed on the record or not (one lost by an older, unguarded add).
         digests = set(json.loads(raw)["tokens"]) | {
-            text(d) for d, owner in self.redis.hscan_iter(self.keys.tokens()) if text(owner) == name}
+            text(d) for d, owner in self.redis.hscan_iter(self.keys.tokens()) if text(owner) == name
+        }
         pipe = self.redis.pipeline(transaction=True)
         for digest in digests:
             pipe.hdel(self.keys.tokens(), digest)

@@ -1,4 +1,5 @@
 """Checks of caller input shared by the Engine's calls: clear ValueErrors, never a bad write."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,12 @@ def text(name: str, value, empty: bool = False) -> str:
 
 
 def duration_ms(name: str, seconds) -> int:
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-            or not 0 <= seconds <= MAX_DURATION_DAYS * 86400:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or not 0 <= seconds <= MAX_DURATION_DAYS * 86400
+    ):
         raise ValueError(f"{name} must be a number of seconds within 0..{MAX_DURATION_DAYS} days, got {seconds!r}")
     return ms(seconds)
 

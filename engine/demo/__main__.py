@@ -1,4 +1,5 @@
 """`python -m ghostless.demo` (make demo)."""
+
 import sys
 
 from ghostless.demo.run import main

@@ -5,6 +5,7 @@
 demo, never for production (no persistence, one process, no INFO/CONFIG, so the
 start-up checks report the server as unverifiable).
 """
+
 from __future__ import annotations
 
 import signal

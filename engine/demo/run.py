@@ -5,6 +5,7 @@ embedded fakeredis TCP server), two fork workers and a sweeper, submits a batch
 of simulated image generations, and shows them reach their outcomes.
 ``--once`` runs headless until every task is terminal and prints a summary.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 APP = "ghostless.demo.tasks:engine"
-PROMPTS = ["a cat in a hat", "a lighthouse at dawn", "a red bicycle", "forbidden: a logo", "a foggy forest",
-           "a koi pond", "a city at night", "a paper boat", "a snowy cabin", "a robot reading", "a desert road",
-           "a blue whale"]
+PROMPTS = [
+    "a cat in a hat",
+    "a lighthouse at dawn",
+    "a red bicycle",
+    "forbidden: a logo",
+    "a foggy forest",
+    "a koi pond",
+    "a city at night",
+    "a paper boat",
+    "a snowy cabin",
+    "a robot reading",
+    "a desert road",
+    "a blue whale",
+]
 
 
 def _kill_tree(pid: int) -> None:
@@ -58,9 +70,25 @@ def _start_redis(workdir: str):
     # GHOSTLESS_DEMO_REDIS=fake forces the embedded server even where redis-server is installed.
     server = shutil.which("redis-server") if os.environ.get("GHOSTLESS_DEMO_REDIS") != "fake" else None
     if server:
-        proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
-                                 "--save", "", "--appendonly", "yes", "--maxmemory-policy", "noeviction"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                server,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                workdir,
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--maxmemory-policy",
+                "noeviction",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         kind = f"redis-server (pid {proc.pid}, data in {workdir})"
         return f"redis://127.0.0.1:{port}/0", kind, proc
     proc = subprocess.Popen([sys.executable, "-m", "ghostless.demo.fakeserver", str(port)], cwd=ROOT)
@@ -108,11 +136,16 @@ def main(argv=None) -> int:
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL} if args.once else {}
         quiet["start_new_session"] = True
         cli = [sys.executable, "-m", "ghostless"]
-        procs.append(subprocess.Popen(cli + ["sweeper", "--app", APP, "--interval", "0.5"], env=env, cwd=ROOT,
-                                      **quiet))
+        procs.append(subprocess.Popen(cli + ["sweeper", "--app", APP, "--interval", "0.5"], env=env, cwd=ROOT, **quiet))
         for i in range(2):
-            procs.append(subprocess.Popen(cli + ["worker", "--app", APP, "--name", f"demo-worker-{i + 1}",
-                                                 "--log-level", "WARNING"], env=env, cwd=ROOT, **quiet))
+            procs.append(
+                subprocess.Popen(
+                    cli + ["worker", "--app", APP, "--name", f"demo-worker-{i + 1}", "--log-level", "WARNING"],
+                    env=env,
+                    cwd=ROOT,
+                    **quiet,
+                )
+            )
         from ghostless.demo.tasks import OUTAGE, SPEED, engine
 
         # The model is down for the first seconds: watch its breaker open, then close again.
@@ -120,8 +153,11 @@ def main(argv=None) -> int:
         ids = []
         for i in range(args.tasks):
             prompt = PROMPTS[i % len(PROMPTS)]
-            ids.append(engine.submit("generate_image", {"prompt": prompt, "crash": i == 1}, owner="demo",
-                                     idempotency_key=f"demo-{i}").id)
+            ids.append(
+                engine.submit(
+                    "generate_image", {"prompt": prompt, "crash": i == 1}, owner="demo", idempotency_key=f"demo-{i}"
+                ).id
+            )
         print(f"ghostless demo: Redis is {kind}; {len(ids)} tasks submitted to 2 workers and a sweeper.")
         if not args.once:
             procs.append(_start_web(engine, cli, env, quiet, args.port))
@@ -150,8 +186,9 @@ def _start_web(engine, cli, env, quiet, port: int) -> subprocess.Popen:
         if s.connect_ex(("127.0.0.1", port)) == 0:
             port = _free_port()
     env = dict(env, GHOSTLESS_SECRET_KEY=secrets.token_hex(32))
-    proc = subprocess.Popen(cli + ["web", "--app", APP, "--host", "127.0.0.1", "--port", str(port)], env=env,
-                            cwd=ROOT, **quiet)
+    proc = subprocess.Popen(
+        cli + ["web", "--app", APP, "--host", "127.0.0.1", "--port", str(port)], env=env, cwd=ROOT, **quiet
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -162,9 +199,12 @@ def _start_web(engine, cli, env, quiet, port: int) -> subprocess.Popen:
             time.sleep(0.1)
     engine.users.add("demo", admin=True)
     code = engine.users.login_code("demo", ttl=3600)
-    print(f"dashboard:  {base}/\n"
-          f"log in:     {base}/login/{code}   (a page with a Log in button; once, within an hour)\n"
-          f"Ctrl-C stops everything.", flush=True)
+    print(
+        f"dashboard:  {base}/\n"
+        f"log in:     {base}/login/{code}   (a page with a Log in button; once, within an hour)\n"
+        f"Ctrl-C stops everything.",
+        flush=True,
+    )
     return proc
 
 
@@ -205,9 +245,14 @@ def _summary(engine, tasks) -> int:
     lost = sum(1 for t in tasks if t is None)
     not_done = sum(1 for t in tasks if t and not t.terminal)
     rows = [(s, n) for s, n in _count(tasks).items()] + [
-        ("retries", retries), ("recovered crashes", crashes), ("parked (breaker open)", parked),
+        ("retries", retries),
+        ("recovered crashes", crashes),
+        ("parked (breaker open)", parked),
         ("breaker opened", _breaker_openings(engine)),
-        ("stale completions refused", stats.get("stale_rejections", 0)), ("lost", lost), ("not terminal", not_done)]
+        ("stale completions refused", stats.get("stale_rejections", 0)),
+        ("lost", lost),
+        ("not terminal", not_done),
+    ]
     print("\nsummary")
     for name, n in rows:
         print(f"  {name:<28}{n:>5}")

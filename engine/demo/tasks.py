@@ -9,6 +9,7 @@ the ``image-model`` upstream opens, tasks wait without spending attempts, and
 a probe closes it once the model is back. ``usage_report`` is a
 periodic task: ``ghostless scheduler`` submits it once an hour (docker-compose.yml).
 """
+
 from __future__ import annotations
 
 import os
@@ -31,11 +32,17 @@ def _pause(ctx, seconds: float) -> None:
     ctx.stop_if_cancelled()  # cancelled or lease lost: stop without an outcome
 
 
-@engine.task(queue="images", lease=5, timeout=120, max_attempts=4,
-             backoff=Backoff.exponential(base=0.5, factor=2, cap=5, jitter=0.2),
-             stages={"waiting_for_resource": 30, "generating": 60, "uploading": 30},
-             permanent_errors=("bad_prompt",), upstream="image-model",
-             breaker=Breaker(threshold=0.5, min_calls=4, window=20, cooldown=2 * SPEED))
+@engine.task(
+    queue="images",
+    lease=5,
+    timeout=120,
+    max_attempts=4,
+    backoff=Backoff.exponential(base=0.5, factor=2, cap=5, jitter=0.2),
+    stages={"waiting_for_resource": 30, "generating": 60, "uploading": 30},
+    permanent_errors=("bad_prompt",),
+    upstream="image-model",
+    breaker=Breaker(threshold=0.5, min_calls=4, window=20, cooldown=2 * SPEED),
+)
 def generate_image(ctx, prompt: str, steps: int = 10, crash: bool = False, flaky: float = 0.25):
     if "forbidden" in prompt:
         raise PermanentError(f"prompt {prompt!r} violates the content policy", kind="bad_prompt")

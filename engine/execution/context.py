@@ -1,4 +1,5 @@
 """The context a task function receives: stages, progress, checkpoints, cancellation."""
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,9 @@ class TaskContext:
         self.stop_reason = ""
         self._checkpoints = dict(checkpoints or {})
         # An adapter, not a logger per task id: loggers live for the life of the process.
-        self.logger = logging.LoggerAdapter(logging.getLogger(f"ghostless.task.{lease.type}"),
-                                            {"task_id": lease.task_id, "attempt": lease.attempt})
+        self.logger = logging.LoggerAdapter(
+            logging.getLogger(f"ghostless.task.{lease.type}"), {"task_id": lease.task_id, "attempt": lease.attempt}
+        )
 
     @property
     def task_id(self) -> str:

@@ -14,6 +14,7 @@ sweeper may already have handed the task to another worker.
 Threads are kept for the next attempt of the same process (a simple worker runs attempts one
 after another): starting a thread per attempt cost about 0.1 ms of a no-op job's ~3 ms.
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,8 +65,12 @@ class Heartbeat:
                 # Not a cancellation: the function may still finish (and be reported) within the grace.
                 self._schedule("release", now + max(0.0, self.grace - (runtime.shutdown_elapsed() or 0)))
             if self._stop_at is not None and now >= self._stop_at and not self._forced:
-                log.warning("task %s did not stop within %.1fs: stopping it by force (%s)",
-                            self.ctx.task_id, self.grace, self._stop_reason)
+                log.warning(
+                    "task %s did not stop within %.1fs: stopping it by force (%s)",
+                    self.ctx.task_id,
+                    self.grace,
+                    self._stop_reason,
+                )
                 self._forced = True
                 self.force_stop(self._stop_reason)  # a work-horse ends here
                 # In the worker process the stop lands when the function next runs Python code (a
@@ -88,8 +93,13 @@ class Heartbeat:
                 # a bug: the lease is not being renewed all the same.
                 unreachable = isinstance(e, (redis.ConnectionError, redis.TimeoutError))
                 failures += 1
-                log.warning("heartbeat of task %s failed (%d): %s", self.ctx.task_id, failures, e,
-                            exc_info=not isinstance(e, redis.RedisError))
+                log.warning(
+                    "heartbeat of task %s failed (%d): %s",
+                    self.ctx.task_id,
+                    failures,
+                    e,
+                    exc_info=not isinstance(e, redis.RedisError),
+                )
                 if failures >= self.max_failures or time.monotonic() - last_ok >= lease:
                     self._abandon(last_ok, "redis unreachable" if unreachable else f"heartbeat failing: {e}")
 

@@ -12,6 +12,7 @@ backoff (0.1 s doubling to 2 s) until Redis answers a write again, and goes on b
 A running attempt is guarded by its own heartbeat thread meanwhile (engine/execution/heartbeat.py): it is
 given up within lease + grace of its last renewal, and the sweeper takes the task over.
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,8 +65,9 @@ class RidesOutRedis:
 
     def _redis_ok(self) -> None:
         if self._failing_since is not None:
-            log.warning("worker %s: Redis is back after %.1fs: resuming", self.name,
-                        time.monotonic() - self._failing_since)
+            log.warning(
+                "worker %s: Redis is back after %.1fs: resuming", self.name, time.monotonic() - self._failing_since
+            )
             self._failing_since, self._failing_with = None, ""
 
     def _wait_for_redis(self) -> None:

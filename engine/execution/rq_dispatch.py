@@ -3,6 +3,7 @@
 Jobs use RQ's JSON serializer (never pickle), a job id unique per dispatch,
 ``unique=True``, no RQ retries (the engine owns retries) and short result TTLs.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,16 +43,23 @@ class RQDispatcher:
         self.namespace = namespace
 
     def rq_queue(self, queue: str, priority: int = 0) -> Queue:
-        return Queue(rq_queue_name(self.namespace, queue, priority), connection=self.redis,
-                     serializer=JSONSerializer)
+        return Queue(rq_queue_name(self.namespace, queue, priority), connection=self.redis, serializer=JSONSerializer)
 
-    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float,
-                at_front: bool = False) -> None:
+    def enqueue(
+        self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float, at_front: bool = False
+    ) -> None:
         try:
             self.rq_queue(queue, priority).enqueue_call(
-                JOB_FUNC, args=[task_id], job_id=dispatch_id, unique=True, timeout=int(timeout + GRACE),
-                at_front=at_front, result_ttl=RESULT_TTL, failure_ttl=FAILURE_TTL,
-                description=f"ghostless task {task_id}")
+                JOB_FUNC,
+                args=[task_id],
+                job_id=dispatch_id,
+                unique=True,
+                timeout=int(timeout + GRACE),
+                at_front=at_front,
+                result_ttl=RESULT_TTL,
+                failure_ttl=FAILURE_TTL,
+                description=f"ghostless task {task_id}",
+            )
         except DuplicateJobError:
             pass  # a resent enqueue of the same dispatch: the job is there
 
@@ -84,11 +92,18 @@ class RQDispatcher:
             queues = w.queue_names()
             if not any(q.startswith(prefix) for q in queues):
                 continue
-            out.append({"name": w.name, "hostname": text(w.hostname), "pid": w.pid, "state": str(w.get_state()),
-                        "queues": [q[len(prefix):] if q.startswith(prefix) else q for q in queues],
-                        "current_job": w.get_current_job_id(),
-                        "last_heartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
-                        "started_at": w.birth_date.timestamp() if w.birth_date else None})
+            out.append(
+                {
+                    "name": w.name,
+                    "hostname": text(w.hostname),
+                    "pid": w.pid,
+                    "state": str(w.get_state()),
+                    "queues": [q[len(prefix) :] if q.startswith(prefix) else q for q in queues],
+                    "current_job": w.get_current_job_id(),
+                    "last_heartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
+                    "started_at": w.birth_date.timestamp() if w.birth_date else None,
+                }
+            )
         return out
 
 

@@ -5,6 +5,7 @@ task id). The task function comes from the engine's registry, never from the
 job: a type this worker does not register is refused by the claim and nothing
 is imported.
 """
+
 from __future__ import annotations
 
 import ctypes

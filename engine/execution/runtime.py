@@ -3,6 +3,7 @@
 RQ calls ``ghostless.execution.runner.run_task(task_id)`` by name; the worker class sets
 these before the first job, and a forked work-horse inherits them.
 """
+
 from __future__ import annotations
 
 import threading
@@ -23,8 +24,10 @@ def install(engine, worker=None) -> None:
 
 def engine():
     if _engine is None:
-        raise RuntimeError("no ghostless engine installed in this process: start workers with "
-                           "`ghostless worker --app module:engine` (or python worker.py --app ...)")
+        raise RuntimeError(
+            "no ghostless engine installed in this process: start workers with "
+            "`ghostless worker --app module:engine` (or python worker.py --app ...)"
+        )
     return _engine
 
 

@@ -10,6 +10,7 @@ Shutdown: the first SIGTERM lets the running attempt finish within the grace
 period, then releases it (PROCESSING -> PENDING, no attempt consumed); a second
 SIGTERM stops at once, releasing the lease on the way out.
 """
+
 from __future__ import annotations
 
 import logging
@@ -69,8 +70,10 @@ class _EngineHooks(RidesOutRedis):
             _, status, _ = self.wait_for_horse()
             self._horse_pid = 0
             if status:
-                self._report_lost(f"work-horse exited with status {os.waitstatus_to_exitcode(status)}",
-                                  release=runtime.shutdown_requested.is_set())
+                self._report_lost(
+                    f"work-horse exited with status {os.waitstatus_to_exitcode(status)}",
+                    release=runtime.shutdown_requested.is_set(),
+                )
 
     def _set_ip_address(self, connection) -> None:
         # The embedded demo server (engine/demo/fakeserver.py: fakeredis over TCP) writes CLIENT INFO's
@@ -176,8 +179,9 @@ def ride_out_redis_restarts(client, retries: int = REDIS_RETRIES) -> None:
     resends (Engine.heartbeat), so a Redis that hangs reaches the heartbeat thread within the lease.
     """
     if hasattr(client, "set_retry"):
-        client.set_retry(Retry(ExponentialBackoff(cap=1.0, base=0.05), retries,
-                               supported_errors=(redis.ConnectionError,)))
+        client.set_retry(
+            Retry(ExponentialBackoff(cap=1.0, base=0.05), retries, supported_errors=(redis.ConnectionError,))
+        )
 
 
 def resolve_driver_info_once(client) -> None:
@@ -197,8 +201,9 @@ def resolve_driver_info_once(client) -> None:
         from redis.utils import SENTINEL
     except ImportError:  # a redis-py without DriverInfo: nothing to resolve
         return
-    kwargs["driver_info"] = resolve_driver_info(SENTINEL, kwargs.pop("lib_name", SENTINEL),
-                                                kwargs.pop("lib_version", SENTINEL))
+    kwargs["driver_info"] = resolve_driver_info(
+        SENTINEL, kwargs.pop("lib_name", SENTINEL), kwargs.pop("lib_version", SENTINEL)
+    )
 
 
 def rq_connection(client):
@@ -213,8 +218,9 @@ def rq_connection(client):
     return client_like(client, **no_resends())
 
 
-def build_worker(engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None,
-                 **kwargs):
+def build_worker(
+    engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None, **kwargs
+):
     if worker_class not in WORKER_CLASSES:
         raise ValueError(f"worker class must be one of {', '.join(WORKER_CLASSES)}")
     names = queues or engine.registry.queues()
@@ -226,15 +232,27 @@ def build_worker(engine, queues: list[str] | None = None, worker_class: str = "f
     # Highest priority first across all the worker's queues: BLPOP takes the first non-empty list.
     by_queue = [rq_queue_names(engine.keys.ns, q) for q in names]
     lists = [level[i] for i in range(len(by_queue[0])) for level in by_queue]
-    worker = cls(lists, connection=rq_connection(engine.redis),
-                 name=name, serializer=JSONSerializer, job_monitoring_interval=2, **kwargs)
+    worker = cls(
+        lists,
+        connection=rq_connection(engine.redis),
+        name=name,
+        serializer=JSONSerializer,
+        job_monitoring_interval=2,
+        **kwargs,
+    )
     worker.engine = engine
     runtime.install(engine, worker)
     return worker
 
 
-def run_worker(engine, queues: list[str] | None = None, worker_class: str = "fork", burst: bool = False,
-               name: str | None = None, logging_level: str = "INFO") -> bool:
+def run_worker(
+    engine,
+    queues: list[str] | None = None,
+    worker_class: str = "fork",
+    burst: bool = False,
+    name: str | None = None,
+    logging_level: str = "INFO",
+) -> bool:
     """Start an RQ worker for the engine's queues (all registered ones by default)."""
     worker = build_worker(engine, queues, worker_class, name)
     return worker.work(burst=burst, logging_level=logging_level, with_scheduler=False)

@@ -8,6 +8,7 @@ worker, when the period may already have changed. So the tick is replaced:
 ``enqueue_jobs`` calls ``engine.periodic.fire_due``, which computes periods from
 Redis TIME and submits with per-period idempotency keys (engine/periodic/schedules.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,8 +47,9 @@ class PeriodicScheduler(Scheduler):
         self.firings: list[Firing] = []
 
     def acquire_lock(self) -> bool:
-        self._lock_acquired = bool(self.connection.set(self.scheduler_lock_key, self.name,
-                                                       px=int(LOCK_TTL * 1000), nx=True))
+        self._lock_acquired = bool(
+            self.connection.set(self.scheduler_lock_key, self.name, px=int(LOCK_TTL * 1000), nx=True)
+        )
         return self._lock_acquired
 
     def enqueue_jobs(self) -> list[Firing]:

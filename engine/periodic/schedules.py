@@ -27,6 +27,7 @@ Rules, as cron and Celery beat users expect:
 
 The scheduler process (engine/periodic/scheduler.py) calls ``fire_due`` once per tick.
 """
+
 from __future__ import annotations
 
 import logging
@@ -95,8 +96,17 @@ def schedules(engine) -> dict[str, Schedule]:
     return vars(engine).setdefault("_periodic_schedules", {})
 
 
-def register(engine, name: str, *, cron: str, args: dict | None = None, owner: str = "scheduler",
-             type: str | None = None, priority: int = 0, period_arg: str | None = None) -> Schedule:
+def register(
+    engine,
+    name: str,
+    *,
+    cron: str,
+    args: dict | None = None,
+    owner: str = "scheduler",
+    type: str | None = None,
+    priority: int = 0,
+    period_arg: str | None = None,
+) -> Schedule:
     """Register a periodic task (``Engine.periodic``): ``type`` (default: ``name``) is submitted
     once per period of the UTC cron expression ``cron`` by ``ghostless scheduler``.
 
@@ -121,8 +131,9 @@ def register(engine, name: str, *, cron: str, args: dict | None = None, owner: s
         raise ValueError("period_arg must be a Python identifier")
     # The checks submit makes (with the period's argument), at registration rather than at 2 a.m.
     engine._args_json({**args, period_arg: ""} if period_arg and isinstance(args, dict) else args, tt, None)
-    schedule = Schedule(name=name, cron=cron, type=tt.name, args=dict(args), owner=owner, priority=priority,
-                        period_arg=period_arg)
+    schedule = Schedule(
+        name=name, cron=cron, type=tt.name, args=dict(args), owner=owner, priority=priority, period_arg=period_arg
+    )
     schedules(engine)[name] = schedule
     return schedule
 
@@ -178,8 +189,13 @@ def _log_gap(schedule: Schedule, start: datetime) -> None:
         log.warning("periodic %s: cron %r has no occurrence after %s", schedule.name, schedule.cron, iso(start))
         return
     for month in skipped_months(schedule.cron, start, nxt):
-        log.warning("periodic %s: period skipped in %s: cron %r names a day that month does not have; "
-                    "next period starts %s", schedule.name, month, schedule.cron, iso(nxt))
+        log.warning(
+            "periodic %s: period skipped in %s: cron %r names a day that month does not have; next period starts %s",
+            schedule.name,
+            month,
+            schedule.cron,
+            iso(nxt),
+        )
 
 
 # -- state ----------------------------------------------------------------------------------------
@@ -191,8 +207,7 @@ def _state(engine, name: str) -> tuple[int, str] | None:
     raw = engine.redis.hgetall(_state_key(engine, name))
     if not raw:
         return None
-    g = {text_or_none(k): text_or_none(v)
-         for k, v in raw.items()}
+    g = {text_or_none(k): text_or_none(v) for k, v in raw.items()}
     return int(g.get("period") or 0), g.get("task", "")
 
 
@@ -217,12 +232,22 @@ def _advance(engine, name: str, start_ms: int, task_id: str, now_ms: int) -> boo
 def _submit(engine, schedule: Schedule, start: datetime) -> tuple[str, str]:
     """Submit the period's task: (task id, "fired" or "conflict")."""
     try:
-        task = engine.submit(schedule.type, schedule.args_for(start), owner=schedule.owner,
-                             idempotency_key=schedule.idempotency_key(start), priority=schedule.priority)
+        task = engine.submit(
+            schedule.type,
+            schedule.args_for(start),
+            owner=schedule.owner,
+            idempotency_key=schedule.idempotency_key(start),
+            priority=schedule.priority,
+        )
     except IdempotencyConflict as e:
         # Another deployment fired this period with other args: that task is the period's task.
-        log.warning("periodic %s: period %s already has task %s with other arguments (args changed "
-                    "within the period); not submitting again", schedule.name, iso(start), e.task_id)
+        log.warning(
+            "periodic %s: period %s already has task %s with other arguments (args changed "
+            "within the period); not submitting again",
+            schedule.name,
+            iso(start),
+            e.task_id,
+        )
         return e.task_id, "conflict"
     return task.id, "fired"
 
@@ -270,8 +295,12 @@ def _fire_one(engine, schedule: Schedule, now_ms: int) -> Firing:
     if state is None:
         if engine.redis.hsetnx(_state_key(engine, schedule.name), "period", start_ms):
             nxt = schedule.next_after(_dt(now_ms))
-            log.info("periodic %s (%s): first seen; the period under way is not fired, the first starts %s",
-                     schedule.name, schedule.cron, iso(nxt) if nxt else "never")
+            log.info(
+                "periodic %s (%s): first seen; the period under way is not fired, the first starts %s",
+                schedule.name,
+                schedule.cron,
+                iso(nxt) if nxt else "never",
+            )
             if start is not None:
                 _log_gap(schedule, start)
         return Firing(schedule.name, "first_seen", iso(start) if start else "")
@@ -281,9 +310,15 @@ def _fire_one(engine, schedule: Schedule, now_ms: int) -> Firing:
     if last_ms:
         missed = _missed(schedule, _dt(last_ms), start)
         if missed:
-            log.warning("periodic %s: %s%d period(s) between %s and %s passed without being fired (no "
-                        "scheduler ticked in time); only the latest is fired", schedule.name,
-                        "at least " if missed >= MAX_MISSED_COUNT else "", missed, iso(_dt(last_ms)), iso(start))
+            log.warning(
+                "periodic %s: %s%d period(s) between %s and %s passed without being fired (no "
+                "scheduler ticked in time); only the latest is fired",
+                schedule.name,
+                "at least " if missed >= MAX_MISSED_COUNT else "",
+                missed,
+                iso(_dt(last_ms)),
+                iso(start),
+            )
     task_id, outcome = _submit(engine, schedule, start)
     if not _advance(engine, schedule.name, start_ms, task_id, now_ms):
         return Firing(schedule.name, "already_fired", iso(start), task_id)
@@ -299,10 +334,18 @@ def describe(engine, now_ms: int | None = None) -> list[dict]:
     for s in schedules(engine).values():
         start, state = s.period_start(now_ms), _state(engine, s.name)
         nxt = s.next_after(_dt(now_ms))
-        rows.append({"name": s.name, "cron": s.cron, "type": s.type, "owner": s.owner,
-                     "current_period": iso(start) if start else None, "next_period": iso(nxt) if nxt else None,
-                     "last_fired": iso(_dt(state[0])) if state and state[1] else None,
-                     "last_task": state[1] if state and state[1] else None})
+        rows.append(
+            {
+                "name": s.name,
+                "cron": s.cron,
+                "type": s.type,
+                "owner": s.owner,
+                "current_period": iso(start) if start else None,
+                "next_period": iso(nxt) if nxt else None,
+                "last_fired": iso(_dt(state[0])) if state and state[1] else None,
+                "last_task": state[1] if state and state[1] else None,
+            }
+        )
     return rows
 
 

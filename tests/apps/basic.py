@@ -10,6 +10,7 @@ tasks. The module attribute ``engine`` is built on first use, from
 GHOSTLESS_REDIS_URL and GHOSTLESS_TEST_NS, so importing this module connects
 to nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,10 +62,17 @@ def register(engine: Engine, lease: float = LEASE, only: tuple[str, ...] | None 
             if only is None or fn.__name__ in only:
                 engine.task(**kw)(fn)
             return fn
+
         return add
 
-    @task(queue=QUEUE, lease=lease, timeout=60, max_attempts=3, backoff=Backoff.fixed([0.2, 0.4]),
-          stages={"waiting_for_resource": 10, "generating": 30, "uploading": 10})
+    @task(
+        queue=QUEUE,
+        lease=lease,
+        timeout=60,
+        max_attempts=3,
+        backoff=Backoff.fixed([0.2, 0.4]),
+        stages={"waiting_for_resource": 10, "generating": 30, "uploading": 10},
+    )
     def render(ctx, prompt, steps=3, hold=0.0):
         note(ctx, "start")
         with ctx.stage("waiting_for_resource"):
@@ -89,8 +97,13 @@ def register(engine: Engine, lease: float = LEASE, only: tuple[str, ...] | None 
             raise ConnectionError(f"upstream hiccup on attempt {ctx.attempt}")
         return {"attempt": ctx.attempt}
 
-    @task(queue=QUEUE, lease=lease, timeout=60, max_attempts=4,
-          backoff=Backoff.exponential(base=0.4, factor=2, cap=1.0, jitter=0.25))
+    @task(
+        queue=QUEUE,
+        lease=lease,
+        timeout=60,
+        max_attempts=4,
+        backoff=Backoff.exponential(base=0.4, factor=2, cap=1.0, jitter=0.25),
+    )
     def unlucky(ctx):
         """Always fails (retryable): its retries follow an exponential backoff with jitter."""
         note(ctx, "start")
@@ -124,8 +137,9 @@ def register(engine: Engine, lease: float = LEASE, only: tuple[str, ...] | None 
 
     task(queue=QUEUE, lease=SLOW_BEAT_LEASE, timeout=60, max_attempts=2, backoff=Backoff.fixed([0.1]))(gated_slow)
 
-    @task(queue=QUEUE, lease=lease, timeout=60, max_attempts=2, backoff=Backoff.fixed([0.3]),
-          stages={"generating": 0.6})
+    @task(
+        queue=QUEUE, lease=lease, timeout=60, max_attempts=2, backoff=Backoff.fixed([0.3]), stages={"generating": 0.6}
+    )
     def stuck(ctx):
         """Heartbeats fine but overstays its 0.6 s `generating` stage: stage_timeout:generating."""
         note(ctx, "start")
@@ -159,6 +173,7 @@ def register(engine: Engine, lease: float = LEASE, only: tuple[str, ...] | None 
 
         def refuse(*args, **kwargs):
             raise redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
+
         app_engine().release = ctx._engine.release = refuse
         note(ctx, "start")
         while not app_engine().redis.exists(gate_key(ctx.task_id)):

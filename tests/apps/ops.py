@@ -6,6 +6,7 @@ on this module's in-process fakeredis server ``FAKE``, which the test shares. It
 registers the contract tests' task types, an internal one (``housekeeping``) and one periodic task, ``tick``, every
 GHOSTLESS_TEST_CRON (default: every second; empty: none).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,14 +22,16 @@ NAMESPACE = "ops"
 
 
 def build(client) -> Engine:
-    engine = register_test_types(Engine(client, namespace=os.environ.get("GHOSTLESS_TEST_NS", NAMESPACE),
-                                        dispatcher=None))
+    engine = register_test_types(
+        Engine(client, namespace=os.environ.get("GHOSTLESS_TEST_NS", NAMESPACE), dispatcher=None)
+    )
     # Submitted by engine code only (submit(..., internal=True)): the CLI's submit refuses it.
     engine.task(name="housekeeping", queue="images", internal=True)(lambda ctx: None)
     cron = os.environ.get("GHOSTLESS_TEST_CRON", "* * * * * *")
     if cron:  # set it empty for an app without periodic tasks
-        engine.periodic("tick", cron=cron, type="render", args={"prompt": "tick"}, owner="scheduler",
-                        period_arg="period")
+        engine.periodic(
+            "tick", cron=cron, type="render", args={"prompt": "tick"}, owner="scheduler", period_arg="period"
+        )
     return engine
 
 

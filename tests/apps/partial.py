@@ -1,6 +1,7 @@
 """A worker app that runs only the ``render`` type of tests.apps.basic, on the same queue
 (``--app tests.apps.partial:engine``): jobs of the other types reach it and must be refused
 without running anything."""
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,5 @@ def __getattr__(name: str):
     if name != "engine":
         raise AttributeError(name)
     if _engine is None:
-        _engine = basic.register(Engine.from_url(namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl")),
-                                 only=("render",))
+        _engine = basic.register(Engine.from_url(namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl")), only=("render",))
     return _engine

@@ -4,6 +4,7 @@
 GHOSTLESS_TEST_FAKE=1, on this module's in-process fakeredis server (``FAKE``), so CLI
 commands run in the test process can share a fakeredis with the test.
 """
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@ with event one of ``start`` (entered the function), ``done`` (about to return a 
 execution), ``stopped`` (noticed cancellation or a lost lease and gave up), ``error`` (raised).
 The log lives outside Redis, so it survives a Redis restart and records what really ran.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,9 @@ def note(event: str, ctx) -> None:
     if _log["pid"] != os.getpid():  # a forked work-horse opens its own descriptor
         _log["fd"] = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         _log["pid"] = os.getpid()
-    os.write(_log["fd"], f"{event} {ctx.task_id} {ctx.lease.token} {ctx.attempt} {os.getpid()} "
-                         f"{time.time():.6f}\n".encode())
+    os.write(
+        _log["fd"], f"{event} {ctx.task_id} {ctx.lease.token} {ctx.attempt} {os.getpid()} {time.time():.6f}\n".encode()
+    )
 
 
 def _work(ctx, seconds: float) -> bool:
@@ -83,8 +85,14 @@ def soak(ctx, steps, mode="ok", fail_attempts=0):
 
 def register(target: Engine, lease: float) -> Engine:
     """Register the soak's task types on ``target`` (the workers' engine, or the driver's)."""
-    common = dict(queue="chaos", lease=lease, timeout=60, backoff=Backoff.fixed([0.2, 0.5, 1.0, 1.0]),
-                  stages=STAGES, permanent_errors=("bad_input",))
+    common = dict(
+        queue="chaos",
+        lease=lease,
+        timeout=60,
+        backoff=Backoff.fixed([0.2, 0.5, 1.0, 1.0]),
+        stages=STAGES,
+        permanent_errors=("bad_input",),
+    )
     target.task("soak", max_attempts=MAX_ATTEMPTS, **common)(soak)
     # Overrun tasks: two attempts, so a task that always outlives its stage deadline ends in TIMEOUT soon.
     target.task("soak_short", max_attempts=2, **common)(soak)

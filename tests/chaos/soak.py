@@ -42,6 +42,7 @@ The checker (``check_run``) defines, per submitted task id:
 - stale rejections: the queue's ``stale_rejections`` counter (every refused lease-holder call), and
   the refused ``complete`` calls found in histories.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -136,8 +137,10 @@ class Report:
         if self.stuck:
             out.append(f"stuck {len(self.stuck)}: {self.stuck[:5]}")
         if self.completed_twice or self.success_counter_excess:
-            out.append(f"completed twice {len(self.completed_twice)}: {self.completed_twice[:5]} "
-                       f"(entered:SUCCESS exceeds SUCCESS by {self.success_counter_excess})")
+            out.append(
+                f"completed twice {len(self.completed_twice)}: {self.completed_twice[:5]} "
+                f"(entered:SUCCESS exceeds SUCCESS by {self.success_counter_excess})"
+            )
         if self.phantom_successes:
             out.append(f"phantom successes {len(self.phantom_successes)}: {self.phantom_successes[:5]}")
         if self.duplicate_executions:
@@ -218,9 +221,15 @@ class Soak:
 
     # -- processes --------------------------------------------------------------------------------
     def env(self) -> dict:
-        return app_env(self.server.url, self.ns, self.cfg.lease, GHOSTLESS_CHAOS_NS=self.ns,
-                       GHOSTLESS_CHAOS_LOG=self.log_path, GHOSTLESS_CHAOS_LEASE=str(self.cfg.lease),
-                       GHOSTLESS_CHAOS_REQUEUE=str(self.cfg.requeue_after))
+        return app_env(
+            self.server.url,
+            self.ns,
+            self.cfg.lease,
+            GHOSTLESS_CHAOS_NS=self.ns,
+            GHOSTLESS_CHAOS_LOG=self.log_path,
+            GHOSTLESS_CHAOS_LEASE=str(self.cfg.lease),
+            GHOSTLESS_CHAOS_REQUEUE=str(self.cfg.requeue_after),
+        )
 
     def new_worker(self) -> Proc:
         p = start_worker(self.env(), APP, "fork", name=f"w-{uuid.uuid4().hex[:8]}")
@@ -303,9 +312,13 @@ class Soak:
         from rq.serializers import JSONSerializer
 
         from ghostless.execution import rq_dispatch
+
         # the RQ lists a ghostless worker pops, in its order (one per priority level, if the engine has them)
-        names = (rq_dispatch.rq_queue_names(self.ns, QUEUE) if hasattr(rq_dispatch, "rq_queue_names")
-                 else [rq_dispatch.rq_queue_name(self.ns, QUEUE)])
+        names = (
+            rq_dispatch.rq_queue_names(self.ns, QUEUE)
+            if hasattr(rq_dispatch, "rq_queue_names")
+            else [rq_dispatch.rq_queue_name(self.ns, QUEUE)]
+        )
         queues = [Queue(n, connection=client, serializer=JSONSerializer) for n in names]
         got = Queue.dequeue_any(queues, None, connection=client, serializer=JSONSerializer)
         if got:
@@ -334,8 +347,10 @@ class Soak:
                 del self.paused[wpid]
 
     def replace_dead(self) -> None:
-        for group, make, what in ((self.workers, self.new_worker, "worker"),
-                                  (self.sweepers, self.new_sweeper, "sweeper")):
+        for group, make, what in (
+            (self.workers, self.new_worker, "worker"),
+            (self.sweepers, self.new_sweeper, "sweeper"),
+        ):
             for p in list(group):
                 if not p.alive() and p.pid not in self.killed:
                     group.remove(p)
@@ -384,8 +399,10 @@ class Soak:
             report.started_ms = int(sec) * 1000 + int(usec) // 1000
             submitter = threading.Thread(target=self.submit_all, args=(engine,), daemon=True)
             submitter.start()
-            self.say(f"{cfg.tasks} tasks at {cfg.rate:g}/s, {cfg.workers} fork workers, {cfg.sweepers} sweepers, "
-                     f"lease {cfg.lease:g}s, seed {cfg.seed}, log {self.log_path}")
+            self.say(
+                f"{cfg.tasks} tasks at {cfg.rate:g}/s, {cfg.workers} fork workers, {cfg.sweepers} sweepers, "
+                f"lease {cfg.lease:g}s, seed {cfg.seed}, log {self.log_path}"
+            )
             next_kill = t_start + self.rng.uniform(*cfg.kill_every)
             next_pause = t_start + self.rng.uniform(*cfg.pause_every)
             restarted = cfg.restart_at > 1
@@ -434,8 +451,10 @@ class Soak:
                 if now >= next_report:
                     next_report = now + 10
                     in_flight = {k: v for k, v in counts.items() if k in NON_TERMINAL and v}
-                    self.say(f"submitted {len(self.ids)}, ended {ended}, in flight {pending} {in_flight}; "
-                             f"chaos {dict(self.chaos)}")
+                    self.say(
+                        f"submitted {len(self.ids)}, ended {ended}, in flight {pending} {in_flight}; "
+                        f"chaos {dict(self.chaos)}"
+                    )
                 time.sleep(0.05)
             report.drained = drained_at is not None
             report.drain_seconds = (drained_at - t_start) if drained_at else None
@@ -460,8 +479,10 @@ class Soak:
                 if not keep:
                     _unlink(p.log.name)
             if keep:
-                report.notes.append(f"kept for inspection: side-effect log {self.log_path}, process logs "
-                                    f"{[p.log.name for p in self.all_procs][:8]}...")
+                report.notes.append(
+                    f"kept for inspection: side-effect log {self.log_path}, process logs "
+                    f"{[p.log.name for p in self.all_procs][:8]}..."
+                )
             else:
                 _unlink(self.log_path)
             client.close()
@@ -507,7 +528,7 @@ def check_run(engine: Engine, ids: list[str], log_path: str, report: Report) -> 
     report.submitted = len(ids)
     states: collections.Counter = collections.Counter()
     for start in range(0, len(ids), 500):
-        chunk = ids[start:start + 500]
+        chunk = ids[start : start + 500]
         pipe = r.pipeline(transaction=False)
         for tid in chunk:
             k = engine.keys.task(tid)
@@ -537,9 +558,11 @@ def check_run(engine: Engine, ids: list[str], log_path: str, report: Report) -> 
             if len(successes) > 1:
                 report.completed_twice.append(tid)
             report.stale_completes_in_history += sum(
-                1 for e in history if e.get("kind") == "stale" and e.get("verb") == "complete")
-            report.redispatches += sum(1 for e in history if e.get("verb") == "dispatch"
-                                       and e.get("reason") == "redispatch")
+                1 for e in history if e.get("kind") == "stale" and e.get("verb") == "complete"
+            )
+            report.redispatches += sum(
+                1 for e in history if e.get("verb") == "dispatch" and e.get("reason") == "redispatch"
+            )
             _check_executions(tid, h, result, log.get(tid, []), report)
     report.states = dict(sorted(states.items()))
     q = engine.stats()[QUEUE]
@@ -557,11 +580,15 @@ def _why_stuck(engine: Engine, tid: str, h: dict) -> str:
     from rq.serializers import JSONSerializer
 
     from ghostless.execution import rq_dispatch
+
     status, dispatch_id = h.get("status", ""), h.get("dispatch_id", "")
     if status != "QUEUED" or not dispatch_id:
         return f"{status} (dispatch {dispatch_id or 'none'})"
-    names = (rq_dispatch.rq_queue_names(engine.keys.ns, QUEUE) if hasattr(rq_dispatch, "rq_queue_names")
-             else [rq_dispatch.rq_queue_name(engine.keys.ns, QUEUE)])
+    names = (
+        rq_dispatch.rq_queue_names(engine.keys.ns, QUEUE)
+        if hasattr(rq_dispatch, "rq_queue_names")
+        else [rq_dispatch.rq_queue_name(engine.keys.ns, QUEUE)]
+    )
     r = engine.redis
     for name in names:
         for key in (f"rq:queue:{name}", f"rq:queue:{name}:intermediate"):
@@ -580,8 +607,7 @@ def _check_executions(tid: str, h: dict, result, lines: list[tuple], report: Rep
     report.duplicate_executions += sum(n - 1 for n in starts.values() if n > 1)
     done_tokens = {tok for ev, tok, *_ in lines if ev == "done"}
     accepted = int(h["ended_token"]) if h.get("status") == "SUCCESS" and h.get("ended_token") else None
-    if h.get("status") == "SUCCESS" and (accepted not in done_tokens or not result
-                                         or result.get("token") != accepted):
+    if h.get("status") == "SUCCESS" and (accepted not in done_tokens or not result or result.get("token") != accepted):
         report.phantom_successes.append(tid)
     report.completions_refused += len(done_tokens - ({accepted} if accepted is not None else set()))
     # zombie: a line of token t written after a token > t had started
@@ -611,16 +637,31 @@ def main(argv=None) -> int:
     ap.add_argument("--requeue-after", type=float, default=d.requeue_after)
     ap.add_argument("--mean-step", type=float, default=d.mean_step)
     ap.add_argument("--restart-at", type=float, default=d.restart_at)
-    ap.add_argument("--drain-timeout", type=float, default=None,
-                    help="seconds after the last submission (default: 120, or 300 from 2,000 tasks)")
-    ap.add_argument("--snatch-at", default=",".join(str(x) for x in d.snatch_at),
-                    help="shares of submissions at which one RQ job is dropped between dequeue and claim "
-                         "('' for none)")
+    ap.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=None,
+        help="seconds after the last submission (default: 120, or 300 from 2,000 tasks)",
+    )
+    ap.add_argument(
+        "--snatch-at",
+        default=",".join(str(x) for x in d.snatch_at),
+        help="shares of submissions at which one RQ job is dropped between dequeue and claim ('' for none)",
+    )
     a = ap.parse_args(argv)
-    cfg = SoakConfig(tasks=a.tasks, workers=a.workers, sweepers=a.sweepers, seed=a.seed, rate=a.rate, lease=a.lease,
-                     requeue_after=a.requeue_after, mean_step=a.mean_step, restart_at=a.restart_at,
-                     snatch_at=tuple(float(x) for x in a.snatch_at.split(",") if x.strip()),
-                     drain_timeout=a.drain_timeout or (300.0 if a.tasks >= 2000 else d.drain_timeout))
+    cfg = SoakConfig(
+        tasks=a.tasks,
+        workers=a.workers,
+        sweepers=a.sweepers,
+        seed=a.seed,
+        rate=a.rate,
+        lease=a.lease,
+        requeue_after=a.requeue_after,
+        mean_step=a.mean_step,
+        restart_at=a.restart_at,
+        snatch_at=tuple(float(x) for x in a.snatch_at.split(",") if x.strip()),
+        drain_timeout=a.drain_timeout or (300.0 if a.tasks >= 2000 else d.drain_timeout),
+    )
     report = run_soak(cfg)
     print(report.format())
     problems = report.problems()

@@ -4,6 +4,7 @@ dequeue and claim, and 2 sweepers (tests/chaos/soak.py has the definitions; ``ma
 10,000 tasks). Nothing may be lost, completed twice, run twice under one claim or left unfinished
 at the drain deadline, and ``engine.check()`` must find nothing wrong.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,17 +38,31 @@ def test_checker_counts_duplicate_zombie_phantom_and_refused_executions():
     from tests.chaos.soak import Report, _check_executions
 
     report = Report()
-    lines = [("start", 1, 1, 10, 0.0), ("start", 2, 2, 11, 1.0), ("done", 2, 2, 11, 1.5),
-             ("done", 1, 1, 10, 2.0),  # token 1 ran on after token 2 started: a zombie, refused
-             ("start", 2, 2, 12, 2.5)]  # a second run of claim 2: a duplicate execution
+    lines = [
+        ("start", 1, 1, 10, 0.0),
+        ("start", 2, 2, 11, 1.0),
+        ("done", 2, 2, 11, 1.5),
+        ("done", 1, 1, 10, 2.0),  # token 1 ran on after token 2 started: a zombie, refused
+        ("start", 2, 2, 12, 2.5),
+    ]  # a second run of claim 2: a duplicate execution
     _check_executions("q.a", {"status": "SUCCESS", "ended_token": "2"}, {"token": 2}, lines, report)
-    assert (report.executions, report.duplicate_executions, report.zombie_executions,
-            report.completions_refused, report.phantom_successes) == (3, 1, 1, 1, [])
+    assert (
+        report.executions,
+        report.duplicate_executions,
+        report.zombie_executions,
+        report.completions_refused,
+        report.phantom_successes,
+    ) == (3, 1, 1, 1, [])
     # SUCCESS under a token that never logged 'done', or a result naming another token: phantom
-    _check_executions("q.b", {"status": "SUCCESS", "ended_token": "3"}, {"token": 3},
-                      [("start", 3, 1, 13, 0.0)], report)
-    _check_executions("q.c", {"status": "SUCCESS", "ended_token": "1"}, {"token": 9},
-                      [("start", 1, 1, 14, 0.0), ("done", 1, 1, 14, 0.1)], report)
+    _check_executions(
+        "q.b", {"status": "SUCCESS", "ended_token": "3"}, {"token": 3}, [("start", 3, 1, 13, 0.0)], report
+    )
+    _check_executions(
+        "q.c",
+        {"status": "SUCCESS", "ended_token": "1"},
+        {"token": 9},
+        [("start", 1, 1, 14, 0.0), ("done", 1, 1, 14, 0.1)],
+        report,
+    )
     assert report.phantom_successes == ["q.b", "q.c"]
-    assert report.problems() == ["phantom successes 2: ['q.b', 'q.c']",
-                                 "duplicate executions (same task and token) 1"]
+    assert report.problems() == ["phantom successes 2: ['q.b', 'q.c']", "duplicate executions (same task and token) 1"]

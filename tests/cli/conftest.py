@@ -2,6 +2,7 @@
 private redis-server, an engine of the test's own on the same data, and ``cli(...)`` to run
 a command in-process with click's CliRunner.
 """
+
 from __future__ import annotations
 
 import pytest

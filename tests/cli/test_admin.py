@@ -1,4 +1,5 @@
 """ghostless reclaim / retry-failed / drain: the admin operations from the command line."""
+
 import json
 
 from ghostless import State

@@ -1,4 +1,5 @@
 """ghostless cancel ID [--by NAME] [--reason TEXT]: as an admin, recorded in the history."""
+
 import json
 
 from ghostless import State

@@ -1,4 +1,5 @@
 """ghostless check: invariants over every task; exit 0 when healthy, 1 when violated."""
+
 import json
 
 import fakeredis
@@ -47,8 +48,7 @@ def test_check_reports_progress_batch_by_batch(engine, monkeypatch):
     assert seen == [("images", 4), ("images", 4), ("images", 2)]
 
 
-def test_check_after_redis_restarted_without_persistence_exits_1_instead_of_healthy(private_redis, monkeypatch,
-                                                                                   cli):
+def test_check_after_redis_restarted_without_persistence_exits_1_instead_of_healthy(private_redis, monkeypatch, cli):
     from tests.apps import ops
 
     server = private_redis()

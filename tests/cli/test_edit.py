@@ -1,4 +1,5 @@
 """ghostless edit ID --args JSON [--by NAME]: the old task CANCELLED, a new one PENDING, linked."""
+
 import json
 
 from ghostless import State

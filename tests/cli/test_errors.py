@@ -1,13 +1,21 @@
 """Every operator command fails with one line, never a traceback: exit 2 for a bad argument or
 app, exit 1 for an unreachable Redis."""
+
 import pytest
 
 from tests.cli.conftest import one_line_error
 
-COMMANDS = [["submit", "render"], ["show", "images.0123456789abcdef0123"],
-            ["cancel", "images.0123456789abcdef0123"], ["edit", "images.0123456789abcdef0123", "--args", "{}"],
-            ["retry", "images.0123456789abcdef0123"], ["tail", "--no-follow"], ["stats"], ["check"],
-            ["scheduler", "--list"]]
+COMMANDS = [
+    ["submit", "render"],
+    ["show", "images.0123456789abcdef0123"],
+    ["cancel", "images.0123456789abcdef0123"],
+    ["edit", "images.0123456789abcdef0123", "--args", "{}"],
+    ["retry", "images.0123456789abcdef0123"],
+    ["tail", "--no-follow"],
+    ["stats"],
+    ["check"],
+    ["scheduler", "--list"],
+]
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: a[0])

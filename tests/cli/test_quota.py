@@ -1,5 +1,6 @@
 """``ghostless user quota``: a user's own submit limits, stored on their record; and the CLI's
 submit, which like the API refuses internal task types."""
+
 import json
 
 
@@ -17,8 +18,12 @@ def test_user_quota_sets_shows_and_clears_a_users_own_limits(engine, cli):
 
 def test_user_quota_refuses_bad_values_and_unknown_users_with_exit_2(engine, cli):
     engine.users.add("alice")
-    for args in (["alice", "--max-unfinished", "lots"], ["alice", "--max-unfinished", "0"],
-                 ["alice", "--per", "none"], ["nobody", "--rate", "3"]):
+    for args in (
+        ["alice", "--max-unfinished", "lots"],
+        ["alice", "--max-unfinished", "0"],
+        ["alice", "--per", "none"],
+        ["nobody", "--rate", "3"],
+    ):
         r = cli("user", "quota", *args)
         assert r.exit_code == 2 and "Traceback" not in r.output, (args, r.output)
     assert engine.users.quota_overrides("alice") == {}

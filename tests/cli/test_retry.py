@@ -1,4 +1,5 @@
 """ghostless retry ID [--by NAME]: FAILED/TIMEOUT -> PENDING with fresh attempts, audited."""
+
 import json
 
 from ghostless import State

@@ -1,4 +1,5 @@
 """ghostless scheduler: periodic tasks, exactly once per period, however many schedulers run."""
+
 import json
 import signal
 import sys
@@ -52,8 +53,10 @@ def test_two_schedulers_and_a_restart_make_exactly_one_task_per_period(engine):
     import os
 
     def scheduler() -> Proc:
-        return Proc([sys.executable, "-m", "ghostless", "scheduler", "--interval", "0.2"],
-                    {**os.environ, "PYTHONUNBUFFERED": "1"})
+        return Proc(
+            [sys.executable, "-m", "ghostless", "scheduler", "--interval", "0.2"],
+            {**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
     def periods() -> Counter:
         return Counter(t.idempotency_key for t in periodic_tasks(engine))

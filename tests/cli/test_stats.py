@@ -1,4 +1,5 @@
 """ghostless stats: counts per queue and state, time in state and stage, failures (no scan)."""
+
 import json
 
 

@@ -1,4 +1,5 @@
 """ghostless submit TYPE --args JSON [--owner] [--idempotency-key] [--priority] [--delay]."""
+
 import json
 
 from ghostless import State

@@ -1,4 +1,5 @@
 """ghostless tail [--since ID] [--task ID]: one line per event, live with XREAD BLOCK."""
+
 import json
 import os
 import signal
@@ -28,9 +29,12 @@ def test_tail_no_follow_prints_every_kept_event_in_order_across_queues(engine, c
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert [line.split("  ")[1:4] for line in lines] == [
-        [a.id, "render", "submit - -> PENDING"], [b.id, "brief", "submit - -> PENDING"],
-        [a.id, "render", "claim PENDING -> PROCESSING"], [a.id, "render", "progress 50% half way"],
-        [a.id, "render", "complete PROCESSING -> SUCCESS"]]
+        [a.id, "render", "submit - -> PENDING"],
+        [b.id, "brief", "submit - -> PENDING"],
+        [a.id, "render", "claim PENDING -> PROCESSING"],
+        [a.id, "render", "progress 50% half way"],
+        [a.id, "render", "complete PROCESSING -> SUCCESS"],
+    ]
     assert "worker=w1" in lines[2] and "by=bob" in lines[1]
 
 
@@ -41,8 +45,10 @@ def test_tail_task_json_prints_only_that_tasks_events_as_json_lines(engine, cli)
     result = cli("tail", "--since", "0", "--task", a.id, "--json")  # a is CANCELLED: no following
     assert result.exit_code == 0, result.output
     events = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [(e["task_id"], e["kind"], e["to"]) for e in events] == [(a.id, "transition", "PENDING"),
-                                                                     (a.id, "transition", "CANCELLED")]
+    assert [(e["task_id"], e["kind"], e["to"]) for e in events] == [
+        (a.id, "transition", "PENDING"),
+        (a.id, "transition", "CANCELLED"),
+    ]
     assert all(e["stream_id"] and e["queue"] == "images" for e in events)
 
 
@@ -69,7 +75,10 @@ def test_tail_follows_a_task_live_and_ends_after_its_terminal_state(engine, cli,
     worker.join(10)
     assert result.exit_code == 0, result.output
     assert [line.split("  ")[3] for line in result.stdout.splitlines()] == [
-        "claim PENDING -> PROCESSING", "stage generating", "complete PROCESSING -> SUCCESS"]
+        "claim PENDING -> PROCESSING",
+        "stage generating",
+        "complete PROCESSING -> SUCCESS",
+    ]
     assert f"following task {task.id} from now (Ctrl-C to stop)" in result.stderr
 
 

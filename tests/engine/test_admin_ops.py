@@ -1,4 +1,5 @@
 """Manual operations for admins: reclaim a stuck task now, retry every FAILED of a type, drain a queue."""
+
 import pytest
 
 from ghostless import IllegalTransition, LeaseLost, State

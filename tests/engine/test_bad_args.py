@@ -1,6 +1,7 @@
 """Args are bound to the task function's signature: at submit and edit (BadArgs, a ValueError
 naming the parameters), and in the worker, where args that cannot fit fail for good (bad_args)
 while a TypeError raised inside the function is retried like any other failure."""
+
 import pytest
 
 from ghostless import BadArgs, Engine, State

@@ -4,6 +4,7 @@ Bad input is refused before any script runs (ValueError) and changes nothing; id
 did not make are TaskNotFound (never a key built from user input); illegal moves raise the
 typed errors of engine/core/errors.py with their context.
 """
+
 import pytest
 
 from ghostless import Config, Engine, IllegalTransition, LeaseLost, RedisSetupError, State, TaskCancelled, TaskNotFound
@@ -14,6 +15,7 @@ NOT_IDS = ["nope", "../x", "images.XYZ", None, 123, "images.0123456789ABCDEF0123
 
 
 # -- lease-holder calls ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fraction", [-0.01, 1.01, True, False, "0.5", None, float("nan"), float("inf")])
 def test_progress_outside_zero_to_one_or_not_a_number_is_a_value_error(engine, fraction):
@@ -31,8 +33,7 @@ def test_progress_at_the_bounds_is_accepted(engine, fraction):
     assert engine.get(task.id).progress == fraction
 
 
-@pytest.mark.parametrize("type, declared", [("render", "declared: generating, uploading"),
-                                            ("brief", "declared: none")])
+@pytest.mark.parametrize("type, declared", [("render", "declared: generating, uploading"), ("brief", "declared: none")])
 def test_undeclared_stage_is_a_value_error_naming_the_declared_stages(engine, type, declared):
     task, lease = claimed(engine, type)
     before = snapshot(engine, task.id)
@@ -41,12 +42,15 @@ def test_undeclared_stage_is_a_value_error_naming_the_declared_stages(engine, ty
     assert snapshot(engine, task.id) == before
 
 
-@pytest.mark.parametrize("result, problem", [
-    (object(), "not JSON-serialisable"),
-    ({"x": float("nan")}, "not JSON-serialisable"),
-    ({1, 2}, "not JSON-serialisable"),
-    ({"x": "y" * 64}, "over the limit of 64"),
-])
+@pytest.mark.parametrize(
+    "result, problem",
+    [
+        (object(), "not JSON-serialisable"),
+        ({"x": float("nan")}, "not JSON-serialisable"),
+        ({1, 2}, "not JSON-serialisable"),
+        ({"x": "y" * 64}, "over the limit of 64"),
+    ],
+)
 def test_result_that_is_not_json_or_too_big_is_a_value_error_and_the_task_is_unchanged(engine, result, problem):
     engine = sibling(engine, config=Config(max_result_bytes=64))
     task, lease = claimed(engine)
@@ -76,6 +80,7 @@ def test_failure_without_a_usable_error_kind_is_a_value_error(engine, kind):
 
 # -- ids the engine did not make ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("task_id", NOT_IDS)
 def test_id_not_made_by_the_engine_is_task_not_found_for_every_call(engine, task_id):
     keys_before = engine.redis.dbsize()
@@ -95,6 +100,7 @@ def test_id_not_made_by_the_engine_is_task_not_found_for_every_call(engine, task
 
 
 # -- illegal moves --------------------------------------------------------------------------------
+
 
 def test_completing_a_cancelled_task_is_refused_as_cancelled(engine):
     task, lease = claimed(engine)
@@ -124,6 +130,7 @@ def test_claiming_a_processing_task_is_an_illegal_transition(engine):
 
 
 # -- the Redis server -----------------------------------------------------------------------------
+
 
 class FakeServer:
     """Answers INFO and CONFIG GET like a Redis of the given version and eviction policy."""
@@ -162,4 +169,4 @@ def test_redis_that_may_evict_keys_warns_and_strict_refuses(private_redis):
 def test_args_with_a_lone_surrogate_are_a_value_error_and_a_pair_is_fine(engine):
     with pytest.raises(ValueError, match="not valid Unicode"):
         engine.submit("render", {"prompt": "\ud800"}, owner="alice")
-    assert engine.submit("render", {"prompt": "\U0001F600"}, owner="alice").args == {"prompt": "\U0001F600"}
+    assert engine.submit("render", {"prompt": "\U0001f600"}, owner="alice").args == {"prompt": "\U0001f600"}

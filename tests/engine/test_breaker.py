@@ -1,4 +1,5 @@
 """Circuit breakers: counted by complete/fail, checked by claim, parked tasks keep their attempts."""
+
 import pytest
 
 from ghostless import Breaker, BreakerOpen, State
@@ -8,8 +9,9 @@ from tests.support.wait import wait_for_server_time
 def register(engine, policy="park", upstream="image-model"):
     breaker = Breaker(threshold=0.5, min_calls=4, window=60, cooldown=0.2, policy=policy)
     for name in ("paint", "sketch"):  # two types, one upstream: one breaker
-        engine.task(name=name, queue="images", lease=30, max_attempts=5, backoff=[0.01], breaker=breaker,
-                    upstream=upstream)(lambda ctx, **kw: None)
+        engine.task(
+            name=name, queue="images", lease=30, max_attempts=5, backoff=[0.01], breaker=breaker, upstream=upstream
+        )(lambda ctx, **kw: None)
     return engine
 
 

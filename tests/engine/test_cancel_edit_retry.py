@@ -3,6 +3,7 @@
 One test per return code of each script. Owner checks happen inside the scripts: another
 owner's task looks exactly like a missing one (TaskNotFound); admin=True may act on any task.
 """
+
 import pytest
 
 from ghostless import Code, IllegalTransition, LeaseLost, State, TaskCancelled, TaskNotFound
@@ -17,6 +18,7 @@ def submitted(engine, type="render", **kw):
 
 # -- cancel ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("state", [State.PENDING, State.PROCESSING, State.RETRY_WAITING])
 def test_owner_cancels_a_task_that_has_not_ended(engine, state):
     task, _ = in_state(engine, state)
@@ -26,8 +28,11 @@ def test_owner_cancels_a_task_that_has_not_ended(engine, state):
     assert got.finished_at is not None
     assert raw_task(engine, task.id)["cancelled_by"] == "alice"
     k = engine.keys.task(task.id)
-    assert [name for name in ("dispatch", "leases", "retries", "expiry")
-            if engine.redis.zscore(getattr(k, name), task.id) is not None] == ["expiry"]
+    assert [
+        name
+        for name in ("dispatch", "leases", "retries", "expiry")
+        if engine.redis.zscore(getattr(k, name), task.id) is not None
+    ] == ["expiry"]
     event = engine.history(task.id)[-1]
     assert (event.verb, event.from_, event.to, event.by) == ("cancel", state, "CANCELLED", "alice")
     assert engine.check() == []
@@ -91,17 +96,31 @@ def test_cancel_of_a_task_that_has_ended_is_an_illegal_transition(engine, state)
 
 # -- edit -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("state", [State.PENDING, State.RETRY_WAITING])
 def test_edit_cancels_the_task_and_submits_its_replacement_linked_both_ways(engine, state):
     old, _ = in_state(engine, state)
     new = engine.edit(old.id, {"prompt": "a dog"}, by="alice")
     got_old = engine.get(old.id)
     assert (got_old.status, got_old.superseded_by, got_old.reason) == (
-        State.CANCELLED, new.id, f"superseded by {new.id}")
+        State.CANCELLED,
+        new.id,
+        f"superseded by {new.id}",
+    )
     assert (new.status, new.supersedes, new.args, new.attempt, new.version) == (
-        State.PENDING, old.id, {"prompt": "a dog"}, 0, 1)
+        State.PENDING,
+        old.id,
+        {"prompt": "a dog"},
+        0,
+        1,
+    )
     assert (new.type, new.owner, new.queue, new.max_attempts, new.priority) == (
-        old.type, old.owner, old.queue, old.max_attempts, old.priority)
+        old.type,
+        old.owner,
+        old.queue,
+        old.max_attempts,
+        old.priority,
+    )
     assert raw_task(engine, new.id)["backoff"] == raw_task(engine, old.id)["backoff"]
     assert (engine.history(old.id)[-1].verb, engine.history(old.id)[-1].by) == ("edit", "alice")
     [first] = engine.history(new.id)
@@ -170,17 +189,23 @@ def test_edit_of_a_task_that_has_ended_is_an_illegal_transition(engine, state):
 
 # -- retry ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("state", [State.FAILED, State.TIMEOUT])
 def test_retry_reopens_an_ended_task_with_its_attempts_reset_and_records_who(engine, state):
     task, _ = in_state(engine, state)
     engine.retry(task.id, by="alice")
     got = engine.get(task.id)
-    assert (got.status, got.attempt, got.error_kind, got.reason, got.finished_at) == (
-        State.PENDING, 0, "", "", None)
+    assert (got.status, got.attempt, got.error_kind, got.reason, got.finished_at) == (State.PENDING, 0, "", "", None)
     assert raw_task(engine, task.id)["retried_by"] == "alice"
     event = engine.history(task.id)[-1]
     assert (event.verb, event.from_, event.to, event.by, event.reason, event.attempt) == (
-        "retry", state, "PENDING", "alice", "manual retry by alice", 1)
+        "retry",
+        state,
+        "PENDING",
+        "alice",
+        "manual retry by alice",
+        1,
+    )
     lease = engine.claim(task.id, "w2")
     assert (lease.attempt, lease.token) == (1, 2)  # a fresh first attempt, a higher token
     assert engine.check() == []

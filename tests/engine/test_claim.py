@@ -1,4 +1,5 @@
 """claim.lua: a worker takes a task's lease for a new attempt. One test per return code, then the rest."""
+
 import pytest
 
 from ghostless import Code, IllegalTransition, State, TaskNotFound, UnknownTaskType, WrongDispatch
@@ -10,8 +11,16 @@ from tests.support.wait import wait_for_server_time
 def test_claim_of_a_pending_task_starts_attempt_one_under_token_one(engine):
     task = engine.submit("render", {"prompt": "a cat"}, owner="alice")
     lease = engine.claim(task.id, "w1")
-    assert (lease.task_id, lease.token, lease.attempt, lease.args, lease.type, lease.worker, lease.lease,
-            lease.max_attempts) == (task.id, 1, 1, {"prompt": "a cat"}, "render", "w1", 30.0, 3)
+    assert (
+        lease.task_id,
+        lease.token,
+        lease.attempt,
+        lease.args,
+        lease.type,
+        lease.worker,
+        lease.lease,
+        lease.max_attempts,
+    ) == (task.id, 1, 1, {"prompt": "a cat"}, "render", "w1", 30.0, 3)
     got = engine.get(task.id)
     assert (got.status, got.worker, got.token, got.attempt, got.version) == (State.PROCESSING, "w1", 1, 1, 2)
     h = raw_task(engine, task.id)
@@ -22,7 +31,12 @@ def test_claim_of_a_pending_task_starts_attempt_one_under_token_one(engine):
     assert engine.redis.zscore(k.dispatch, task.id) is None
     event = engine.history(task.id)[-1]
     assert (event.verb, event.from_, event.to, event.worker, event.attempt) == (
-        "claim", "PENDING", "PROCESSING", "w1", 1)
+        "claim",
+        "PENDING",
+        "PROCESSING",
+        "w1",
+        1,
+    )
     assert engine.check() == []
 
 

@@ -1,5 +1,6 @@
 """The data epoch (engine/core/epoch.py): a Redis that lost its data is noticed, a brand-new one is not
 an alarm. Losses are played by a private redis-server restarted without persistence."""
+
 import logging
 import threading
 
@@ -66,8 +67,11 @@ def test_the_sweeper_logs_an_error_when_redis_loses_its_data_under_it(server, mo
         try:
             wait_until(lambda: engine.data_epoch.seen, 10, what="the sweeper adopting the epoch")
             server.restart()
-            wait_until(lambda: any("Redis lost its data" in r.getMessage() for r in caplog.records), 10,
-                       what="the sweeper's error")
+            wait_until(
+                lambda: any("Redis lost its data" in r.getMessage() for r in caplog.records),
+                10,
+                what="the sweeper's error",
+            )
         finally:
             stop.set()
             sweeper.join(10)

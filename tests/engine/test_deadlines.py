@@ -1,4 +1,5 @@
 """Due times: the sweeper records overdue, then escalated, once each, for unfinished tasks."""
+
 import pytest
 
 from ghostless import State

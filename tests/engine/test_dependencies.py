@@ -1,4 +1,5 @@
 """depends_on: a child waits until every parent is SUCCESS; a parent that ends otherwise cancels it."""
+
 import pytest
 
 from ghostless import Config, IllegalTransition, State, UnknownTaskType

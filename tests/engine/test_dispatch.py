@@ -2,6 +2,7 @@
 
 The executor is tests.support.fakes.FakeDispatcher (in memory).
 """
+
 import pytest
 
 from ghostless import Code, IllegalTransition, State, TaskNotFound
@@ -48,12 +49,14 @@ def test_dispatching_a_queued_task_again_replaces_its_dispatch_id(dispatching, e
     assert dispatching.check() == []
 
 
-def test_dispatch_with_the_current_dispatch_id_is_replayed_and_only_rearms_the_job_check(
-        dispatching, executor):
+def test_dispatch_with_the_current_dispatch_id_is_replayed_and_only_rearms_the_job_check(dispatching, executor):
     task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice")
     before = snapshot(dispatching, task.id)
-    reply = dispatching.scripts._call("dispatch", [*dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control")],
-                                     [executor.dispatches(task.id)[0], 300_000])
+    reply = dispatching.scripts._call(
+        "dispatch",
+        [*dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control")],
+        [executor.dispatches(task.id)[0], 300_000],
+    )
     assert reply == [Code.REPLAYED, 2]
     after = snapshot(dispatching, task.id)
     old_check = before["tasks"][task.id]["sets"].pop("dispatch")
@@ -64,7 +67,9 @@ def test_dispatch_with_the_current_dispatch_id_is_replayed_and_only_rearms_the_j
 def test_dispatch_of_a_task_that_does_not_exist_is_task_not_found(dispatching):
     ghost = "images.0123456789abcdef0123"
     with pytest.raises(TaskNotFound):
-        dispatching.scripts.dispatch(dispatching.keys.task(ghost), dispatching.keys.queue_key("images", "control"), ghost, "d-1", 1000)
+        dispatching.scripts.dispatch(
+            dispatching.keys.task(ghost), dispatching.keys.queue_key("images", "control"), ghost, "d-1", 1000
+        )
     with pytest.raises(TaskNotFound):
         dispatching.dispatch(ghost)
     assert dispatching.redis.keys(f"*{ghost}*") == []
@@ -78,6 +83,8 @@ def test_dispatch_of_a_task_not_pending_or_queued_is_an_illegal_transition(dispa
         dispatching.complete(lease, {})
     before = snapshot(dispatching, task.id)
     with pytest.raises(IllegalTransition) as err:
-        dispatching.scripts.dispatch(dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control"), task.id, "d-late", 1000)
+        dispatching.scripts.dispatch(
+            dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control"), task.id, "d-late", 1000
+        )
     assert (err.value.state, err.value.verb) == (state, "dispatch")
     assert snapshot(dispatching, task.id) == before

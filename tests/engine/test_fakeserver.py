@@ -1,4 +1,5 @@
 """The embedded demo Redis (engine/demo/fakeserver.py) runs the engine's scripts and RQ 3.0 workers."""
+
 import redis
 from rq.serializers import JSONSerializer
 

@@ -1,4 +1,5 @@
 """Key names come from engine/core/keys.py only: no module of the package formats one itself."""
+
 import ast
 from pathlib import Path
 
@@ -25,11 +26,19 @@ def _f(source: str) -> ast.JoinedStr:
 
 
 def test_the_detector_knows_a_key_name_from_other_text():
-    for built in ('f"{engine.keys.ns}:scheduler_lock"', 'f"{self.keys.ns}:periodic:{name}"',
-                  'f"gl:{{{queue}}}:dispatch"', 'f"{engine.keys.queue_prefix(q)}:breaker:{name}"'):
+    for built in (
+        'f"{engine.keys.ns}:scheduler_lock"',
+        'f"{self.keys.ns}:periodic:{name}"',
+        'f"gl:{{{queue}}}:dispatch"',
+        'f"{engine.keys.queue_prefix(q)}:breaker:{name}"',
+    ):
         assert key_like(_f(built)), built
-    for text in ('f"periodic:{name}:{iso(start)}"', 'f"{namespace}.{queue}"', 'f"local C = {{{codes}}}"',
-                 'f"task {task_id}: {reason}"'):
+    for text in (
+        'f"periodic:{name}:{iso(start)}"',
+        'f"{namespace}.{queue}"',
+        'f"local C = {{{codes}}}"',
+        'f"task {task_id}: {reason}"',
+    ):
         assert not key_like(_f(text)), text
 
 

@@ -3,6 +3,7 @@
 One test per return code of each script; the fencing contract (a stale token is refused,
 counted, recorded as "stale" and changes nothing else) for each of them.
 """
+
 import pytest
 
 from ghostless import LeaseLost, State, TaskCancelled, TaskNotFound
@@ -24,6 +25,7 @@ ALL_VERBS = VERBS + ["complete", "fail", "release"]  # every call that carries t
 
 
 # -- heartbeat ------------------------------------------------------------------------------------
+
 
 def test_heartbeat_extends_the_lease_from_server_now(engine):
     task, lease = claimed(engine)
@@ -48,11 +50,13 @@ def test_heartbeat_reports_the_time_until_the_earliest_deadline_not_the_lease(en
     remaining = engine.heartbeat(lease)
     assert remaining <= 0.05
     assert engine.redis.zscore(engine.keys.task(task.id).leases, task.id) == int(
-        raw_task(engine, task.id)["attempt_deadline"])
+        raw_task(engine, task.id)["attempt_deadline"]
+    )
     assert engine.check() == []
 
 
 # -- stage ----------------------------------------------------------------------------------------
+
 
 def test_entering_a_stage_records_it_and_its_deadline_joins_the_lease_deadline(engine):
     engine.task(name="staged", queue="images", lease=30, stages={"fast": 0.5, "open": 0})(lambda ctx, **kw: None)
@@ -84,6 +88,7 @@ def test_entering_the_stage_the_task_is_in_is_replayed_and_changes_nothing(engin
 
 # -- progress -------------------------------------------------------------------------------------
 
+
 def test_progress_is_stored_and_streamed_but_kept_out_of_history(engine):
     task, lease = claimed(engine)
     events = queue_snapshot(engine, "images")["events"]
@@ -107,6 +112,7 @@ def test_progress_repeating_fraction_and_message_is_replayed_and_changes_nothing
 
 # -- checkpoint -----------------------------------------------------------------------------------
 
+
 def test_checkpoint_is_kept_for_the_next_attempt(engine):
     task, lease = claimed(engine)
     version = engine.get(task.id).version
@@ -121,6 +127,7 @@ def test_checkpoint_is_kept_for_the_next_attempt(engine):
 
 
 # -- every lease-holder call, ending ones too: NOT_FOUND, LEASE_LOST (fencing), CANCELLED------------------------
+
 
 @pytest.mark.parametrize("verb", ALL_VERBS)
 def test_holder_call_on_a_task_that_does_not_exist_is_task_not_found(engine, verb):

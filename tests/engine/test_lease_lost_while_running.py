@@ -1,6 +1,7 @@
 """An attempt whose lease is taken while its function runs (engine/execution/runner.py: execute):
 the function's next engine call raises LeaseLost, and the attempt ends there, quietly, reporting
 no outcome over whatever the task has become since."""
+
 import logging
 
 from ghostless import LeaseLost, State
@@ -31,5 +32,5 @@ def test_a_task_whose_lease_was_reclaimed_mid_run_ends_without_an_outcome(engine
     done = engine.get(task.id)
     assert (done.status, done.attempt, done.result) == (State.PENDING, 1, None)  # retried at once
     verbs = [e.verb for e in engine.history(task.id)]
-    assert "expire" in verbs and not {"complete", "fail"} & set(verbs[verbs.index("expire"):])
+    assert "expire" in verbs and not {"complete", "fail"} & set(verbs[verbs.index("expire") :])
     assert engine.check() == []

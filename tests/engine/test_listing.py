@@ -1,4 +1,5 @@
 """Engine.list_tasks: an owner's tasks newest first, filters, cursor pages, admins see all."""
+
 import pytest
 
 from ghostless import Config, State
@@ -33,6 +34,7 @@ def test_pages_follow_the_cursor_without_gaps_or_repeats(engine):
 @pytest.mark.parametrize("owner", ["alice", None])  # the owner's index, and the queue's (admins)
 def test_tasks_created_in_the_same_millisecond_are_each_listed_once_across_scans(engine, monkeypatch, owner):
     import ghostless.core.listing as listing
+
     monkeypatch.setattr(listing, "SCAN", 3)  # each round reads 3 rows: scans cut through the millisecond
     mine = submit_many(engine, "alice", 8)
     for key in (engine.keys.owner_index("images", "alice"), engine.keys.queue_key("images", "index")):

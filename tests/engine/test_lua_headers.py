@@ -4,6 +4,7 @@ A header is the script's leading ``--`` comment: one sentence, then ``From:``, `
 ``KEYS``, ``ARGV`` and ``Returns:`` lines, any of which may continue on ``--   `` lines.
 These tests read files only; they need no Redis.
 """
+
 import re
 
 import pytest

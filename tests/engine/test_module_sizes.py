@@ -1,4 +1,5 @@
 """Modules stay small enough to read in one sitting: none of the package's is over ~400 lines."""
+
 from pathlib import Path
 
 import ghostless

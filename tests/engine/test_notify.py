@@ -1,4 +1,5 @@
 """Webhook notifications: recorded with the event, handed to delivery tasks, signed, retried."""
+
 import hashlib
 import hmac
 import json
@@ -135,12 +136,12 @@ def test_a_receiver_answering_410_stops_the_deliveries(notifying, receiver):
     notifying.sweep()
     [delivery] = notifying.notifications(task.id)
     execute(notifying, notifying.claim(delivery.id, "w1"))
-    assert (notifying.get(delivery.id).status, notifying.get(delivery.id).error_kind) == (State.FAILED,
-                                                                                          "webhook_gone")
+    assert (notifying.get(delivery.id).status, notifying.get(delivery.id).error_kind) == (State.FAILED, "webhook_gone")
 
 
-@pytest.mark.parametrize("url", ["ftp://x/y", "file:///etc/passwd", "gopher://127.0.0.1:6379/_x", "not a url",
-                                 "http://", 42])
+@pytest.mark.parametrize(
+    "url", ["ftp://x/y", "file:///etc/passwd", "gopher://127.0.0.1:6379/_x", "not a url", "http://", 42]
+)
 def test_bad_webhook_urls_are_value_errors(notifying, url):
     with pytest.raises(ValueError):
         notifying.submit("render", {}, owner="alice", notify_url=url)
@@ -152,6 +153,7 @@ def test_webhooks_need_notifications_enabled(engine):
 
 
 # -- internal types and where deliveries may go ------------------------------------------------------
+
 
 def test_the_delivery_type_cannot_be_submitted_by_an_ordinary_submit(notifying, receiver):
     url, _got, _ = receiver
@@ -179,8 +181,7 @@ def test_a_delivery_task_cannot_be_edited_into_another_destination(notifying):
 
 def deliver_to(engine, url: str):
     """Run one delivery of a made-up event to ``url`` (as the sweeper's hand-off would make it)."""
-    task = engine.submit(TYPE, {"url": url, "event": {"event": "terminal", "task": "x"}}, owner="alice",
-                         internal=True)
+    task = engine.submit(TYPE, {"url": url, "event": {"event": "terminal", "task": "x"}}, owner="alice", internal=True)
     execute(engine, engine.claim(task.id, "w1"))
     return engine.get(task.id)
 
@@ -201,10 +202,23 @@ def closed_port():
 
 def test_loopback_private_link_local_and_other_schemes_are_refused_alike(guarded, receiver, closed_port):
     url, got, _ = receiver
-    refused = [deliver_to(guarded, u) for u in (
-        url, f"http://127.0.0.1:{closed_port}/hook", "file:///etc/passwd", "ftp://127.0.0.1/x", "http://10.1.2.3/h",
-        "http://169.254.169.254/latest/meta-data", "http://[::1]:8080/", "http://[::ffff:127.0.0.1]/",
-        "http://0.0.0.0/", "http://224.0.0.1/", "https://localhost/", "http://127.0.0.1:99999/")]
+    refused = [
+        deliver_to(guarded, u)
+        for u in (
+            url,
+            f"http://127.0.0.1:{closed_port}/hook",
+            "file:///etc/passwd",
+            "ftp://127.0.0.1/x",
+            "http://10.1.2.3/h",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[::1]:8080/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://0.0.0.0/",
+            "http://224.0.0.1/",
+            "https://localhost/",
+            "http://127.0.0.1:99999/",
+        )
+    ]
     assert got == []  # nothing was sent
     assert {(t.status, t.error_kind, t.reason) for t in refused} == {(State.FAILED, "webhook_refused", REFUSED)}
 

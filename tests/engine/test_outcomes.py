@@ -3,6 +3,7 @@
 One test per return code of each script, the backoff policy (fixed schedule and exponential,
 with jitter), and the fencing contract for each ending call.
 """
+
 import random
 
 import pytest
@@ -39,13 +40,17 @@ def next_attempt(engine, task_id, worker="w"):
 
 # -- complete -------------------------------------------------------------------------------------
 
+
 def test_completion_stores_the_result_and_ends_the_task_in_success(engine):
     task, lease = claimed(engine)
     stats = queue_snapshot(engine, "images")["stats"]
     assert engine.complete(lease, {"url": "s3://cat.png"}) == State.SUCCESS
     after = queue_snapshot(engine, "images")["stats"]
     assert {k for k in after if after[k] != stats.get(k)} == {
-        "tis_ms:PROCESSING", "tis_n:PROCESSING", "entered:SUCCESS"}  # tis_ms may stay 0 within 1 ms
+        "tis_ms:PROCESSING",
+        "tis_n:PROCESSING",
+        "entered:SUCCESS",
+    }  # tis_ms may stay 0 within 1 ms
     got = engine.get(task.id)
     assert (got.status, got.result, got.progress, got.version) == (State.SUCCESS, {"url": "s3://cat.png"}, 1.0, 3)
     assert got.finished_at is not None and got.lease_deadline is None
@@ -69,6 +74,7 @@ def test_completion_repeated_with_the_same_lease_is_replayed_and_never_overwrite
 
 
 # -- fail -----------------------------------------------------------------------------------------
+
 
 def test_failed_attempts_wait_the_fixed_backoff_then_the_last_one_fails_the_task(engine):
     task, lease = claimed(engine)  # render: 3 attempts, Backoff.fixed([0.05, 0.1])
@@ -95,8 +101,12 @@ def test_failed_attempts_wait_the_fixed_backoff_then_the_last_one_fails_the_task
 
 
 def test_exponential_backoff_multiplies_each_delay_by_the_factor_up_to_the_cap(engine):
-    engine.task(name="expo", queue="images", max_attempts=5,
-                backoff=Backoff.exponential(base=0.01, factor=1.5, cap=0.03, jitter=0))(lambda ctx, **kw: None)
+    engine.task(
+        name="expo",
+        queue="images",
+        max_attempts=5,
+        backoff=Backoff.exponential(base=0.01, factor=1.5, cap=0.03, jitter=0),
+    )(lambda ctx, **kw: None)
     task, lease = claimed(engine, "expo")
     delays = []
     for attempt in range(1, 5):
@@ -108,10 +118,13 @@ def test_exponential_backoff_multiplies_each_delay_by_the_factor_up_to_the_cap(e
     assert engine.check() == []
 
 
-@pytest.mark.parametrize("backoff, expected_ms", [
-    (Backoff.exponential(base=1, factor=2, cap=300, jitter=0.5), 750),  # 1000 * (1 - 0.5 * 0.5)
-    (Backoff.fixed([0.2], jitter=0.5), 150),  # 200 * (1 - 0.5 * 0.5)
-])
+@pytest.mark.parametrize(
+    "backoff, expected_ms",
+    [
+        (Backoff.exponential(base=1, factor=2, cap=300, jitter=0.5), 750),  # 1000 * (1 - 0.5 * 0.5)
+        (Backoff.fixed([0.2], jitter=0.5), 150),  # 200 * (1 - 0.5 * 0.5)
+    ],
+)
 def test_jitter_takes_up_to_its_fraction_off_the_delay(engine, monkeypatch, backoff, expected_ms):
     engine.task(name="jittery", queue="images", backoff=backoff)(lambda ctx, **kw: None)
     task, lease = claimed(engine, "jittery")
@@ -140,6 +153,7 @@ def test_failure_repeated_with_the_same_lease_is_replayed_and_changes_nothing(en
 
 
 # -- release --------------------------------------------------------------------------------------
+
 
 def test_release_returns_the_task_to_pending_without_consuming_an_attempt(engine):
     task, lease = claimed(engine)

@@ -1,4 +1,5 @@
 """Periodic tasks (engine/periodic/schedules.py): one task per period, from Redis time, whoever fires."""
+
 from __future__ import annotations
 
 import itertools
@@ -34,13 +35,16 @@ def test_periodic_registers_a_schedule_on_the_engine(engine):
     assert (schedule.type, schedule.owner, schedule.args) == ("render", "scheduler", {"prompt": "nightly"})
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"cron": "61 * * * *"}, "malformed"),
-    ({"cron": "0 0 30 2 *"}, "never matches a date that exists"),
-    ({"cron": "* * *"}, "5 fields"),
-    ({"cron": "0 2 * * *", "args": [1]}, "args must be a JSON object"),
-    ({"cron": "0 2 * * *", "period_arg": "not an identifier"}, "period_arg"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"cron": "61 * * * *"}, "malformed"),
+        ({"cron": "0 0 30 2 *"}, "never matches a date that exists"),
+        ({"cron": "* * *"}, "5 fields"),
+        ({"cron": "0 2 * * *", "args": [1]}, "args must be a JSON object"),
+        ({"cron": "0 2 * * *", "period_arg": "not an identifier"}, "period_arg"),
+    ],
+)
 def test_periodic_refuses_bad_schedules(engine, kwargs, message):
     with pytest.raises(ValueError, match=message):
         engine.periodic("nightly", type="render", **kwargs)
@@ -157,13 +161,18 @@ def test_a_period_that_does_not_exist_is_skipped_and_logged(engine, caplog):
     october = fire_due(engine, at(2025, 10, 31, 2, 0, 5))
     assert [(f.outcome, f.period) for f in october] == [("fired", "2025-10-31T02:00:00Z")]
     assert sorted(t.idempotency_key for t in tasks_of(engine)) == [
-        "periodic:month_end:2025-08-31T02:00:00Z", "periodic:month_end:2025-10-31T02:00:00Z"]
+        "periodic:month_end:2025-08-31T02:00:00Z",
+        "periodic:month_end:2025-10-31T02:00:00Z",
+    ]
 
 
 def test_skipped_months_names_each_month_without_the_day():
     assert skipped_months("0 2 31 * *", dt(2025, 8, 31, 2), dt(2025, 10, 31, 2)) == ["2025-09 (no day 31)"]
     assert skipped_months("0 0 29 2 *", dt(2024, 2, 29), dt(2028, 2, 29)) == [
-        "2025-02 (no day 29)", "2026-02 (no day 29)", "2027-02 (no day 29)"]
+        "2025-02 (no day 29)",
+        "2026-02 (no day 29)",
+        "2027-02 (no day 29)",
+    ]
     assert skipped_months("0 2 * * *", dt(2025, 8, 31, 2), dt(2025, 9, 1, 2)) == []
     assert skipped_months("0 2 31 * 1", dt(2025, 8, 31, 2), dt(2025, 9, 1, 2)) == []  # or Mondays
 
@@ -192,8 +201,11 @@ def test_the_documented_seconds_example_fires_every_ten_seconds():
 
     from croniter import croniter
 
-    line = next(ln for ln in (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text().splitlines()
-                if "sixth field" in ln)
+    line = next(
+        ln
+        for ln in (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text().splitlines()
+        if "sixth field" in ln
+    )
     example = re.search(r"`([^`]+)`", line).group(1)
     it = croniter(example, datetime(2026, 3, 2, 2, 0, 0, tzinfo=timezone.utc))
     times = [it.get_next(datetime) for _ in range(4)]

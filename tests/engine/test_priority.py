@@ -1,4 +1,5 @@
 """Priorities and the place in line: higher priority first (strictly), FIFO within a priority."""
+
 import pytest
 
 from ghostless import State

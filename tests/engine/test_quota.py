@@ -1,5 +1,6 @@
 """Submit quotas: per owner and queue, checked inside the submit and edit scripts, with counts of
 unfinished tasks and their args bytes that every ending transition takes back."""
+
 import json
 import threading
 
@@ -25,8 +26,12 @@ def test_submits_past_the_unfinished_limit_are_refused_until_a_task_ends(engine)
     engine.submit("render", {"prompt": "b"}, owner="alice", quota=quota)
     with pytest.raises(QuotaExceeded) as refused:
         engine.submit("render", {"prompt": "c"}, owner="alice", quota=quota)
-    assert (refused.value.limit, refused.value.retry_after, refused.value.owner, refused.value.queue) == \
-        ("max_unfinished", None, "alice", "images")
+    assert (refused.value.limit, refused.value.retry_after, refused.value.owner, refused.value.queue) == (
+        "max_unfinished",
+        None,
+        "alice",
+        "images",
+    )
     assert engine.stats()["images"]["counts"]["PENDING"] == 2  # the refused one wrote nothing
     engine.cancel(first.id, by="alice")
     engine.submit("render", {"prompt": "c"}, owner="alice", quota=quota)
@@ -183,8 +188,17 @@ def test_python_callers_have_no_quota_by_default(engine):
     assert held(engine, "alice")[0] == 150
 
 
-@pytest.mark.parametrize("bad", [dict(rate=0), dict(max_unfinished=-1), dict(per=0), dict(rate=1.5),
-                                 dict(max_unfinished_bytes=True), dict(per=float("nan"))])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(rate=0),
+        dict(max_unfinished=-1),
+        dict(per=0),
+        dict(rate=1.5),
+        dict(max_unfinished_bytes=True),
+        dict(per=float("nan")),
+    ],
+)
 def test_a_quota_with_bad_limits_is_a_value_error(bad):
     with pytest.raises(ValueError):
         Quota(**bad)

@@ -1,5 +1,6 @@
 """Reading tasks (Engine.get/get_many, the web's snapshot): the owner is checked before anything
 else is read, and reads work on a Redis at maxmemory, which refuses MULTI/EXEC."""
+
 import pytest
 
 from ghostless import Engine, State

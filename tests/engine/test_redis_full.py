@@ -1,5 +1,6 @@
 """A full Redis (maxmemory reached under noeviction) refuses writes: every engine write raises one
 typed error, RedisFull, with redis-py's OutOfMemoryError as its cause, and nothing changes."""
+
 import pytest
 import redis
 
@@ -83,12 +84,10 @@ def test_a_dispatch_whose_enqueue_is_refused_raises_redis_full(server, full):
     client.close()
 
 
-def test_a_claim_refused_by_a_full_redis_has_its_lost_job_looked_at_within_seconds_once_memory_is_freed(
-        server, full):
+def test_a_claim_refused_by_a_full_redis_has_its_lost_job_looked_at_within_seconds_once_memory_is_freed(server, full):
     executor = FakeDispatcher()
     client = server.client()
-    engine = register_test_types(Engine(client, namespace="t", config=Config(dispatch_grace=0.05),
-                                        dispatcher=executor))
+    engine = register_test_types(Engine(client, namespace="t", config=Config(dispatch_grace=0.05), dispatcher=executor))
     task = engine.submit("render", {"prompt": "a cat"}, owner="alice")
     [dispatch_id] = executor.dispatches(task.id)
     executor.lose(dispatch_id)  # RQ handed the job to the worker whose claim fails

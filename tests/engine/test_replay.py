@@ -7,6 +7,7 @@ Engine API build one script call (captured, not run), then runs it twice itself 
 sets, queue counters, statistics, event stream length) after the first call must equal the
 one after the second.
 """
+
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -170,7 +171,7 @@ def case_purge(engine):
     return Case(short, short.sweep, again=Code.NOT_FOUND)
 
 
-CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
+CASES = {name[len("case_") :]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
 def test_every_mutating_script_has_a_replay_case():
@@ -204,7 +205,7 @@ def test_script_called_twice_with_identical_arguments_has_the_effect_of_once(eng
                 assert s2.pop("leases") >= s1.pop("leases")
     assert twice == once
     if case.again == Code.REPLAYED:  # the same answer again (submit and edit leave out the time)
-        assert again[1:] == first[1:len(again)]
+        assert again[1:] == first[1 : len(again)]
     assert e.check() == []
 
 

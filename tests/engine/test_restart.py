@@ -4,6 +4,7 @@ redis-py's Script runs EVALSHA and reloads on NOSCRIPT (one call at a time and i
 sweeper's pipelines). SCRIPT FLUSH runs on both backends (fakeredis supports it); the
 restart needs a real redis-server we own, with an fsync'd AOF so nothing is lost.
 """
+
 import hashlib
 
 import pytest
@@ -77,7 +78,13 @@ def test_every_call_works_across_redis_restarts_and_nothing_is_lost(private_redi
     assert (got.status, got.attempt, got.result) == (State.SUCCESS, 2, {"url": "s3://cat.png"})
     assert engine.checkpoints(task_id) == {"page": 2}
     assert [e.verb for e in engine.history(task_id) if e.kind == "transition"] == [
-        "submit", "claim", "fail", "promote", "claim", "complete"]
+        "submit",
+        "claim",
+        "fail",
+        "promote",
+        "claim",
+        "complete",
+    ]
     assert engine.stats()["images"]["counts"]["SUCCESS"] == 1
     assert len(restarts) == 10
     assert engine.check() == []

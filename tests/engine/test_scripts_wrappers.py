@@ -1,5 +1,6 @@
 """engine/core/scripts.py is the one place that calls Lua: one typed wrapper per script, and
 submit's positional ARGV named by a NamedTuple whose field order is checked against lua/submit.lua."""
+
 import ast
 import inspect
 import re
@@ -27,7 +28,8 @@ def _package_sources():
 def _names_scripts(node) -> bool:
     """``scripts`` or ``<anything>.scripts``: a Scripts instance, as the engine names it."""
     return (isinstance(node, ast.Name) and node.id == "scripts") or (
-        isinstance(node, ast.Attribute) and node.attr == "scripts")
+        isinstance(node, ast.Attribute) and node.attr == "scripts"
+    )
 
 
 def test_every_script_has_its_own_wrapper_on_scripts():

@@ -1,4 +1,5 @@
 """Start-up checks of persistence (engine/core/server.py): what a Redis crash would lose, said plainly."""
+
 import logging
 
 import fakeredis
@@ -24,11 +25,14 @@ def test_aof_off_with_snapshots_names_what_is_lost_since_the_last_one(private_re
     assert "every transition since the last RDB snapshot (snapshot rule 'save 900 1'" in message
 
 
-@pytest.mark.parametrize("fsync, level, fragment", [
-    ("everysec", logging.INFO, "may lose up to about 1 s of acknowledged transitions"),
-    ("always", logging.INFO, "every acknowledged transition survives a crash"),
-    ("no", logging.WARNING, "the OS decides when to write"),
-])
+@pytest.mark.parametrize(
+    "fsync, level, fragment",
+    [
+        ("everysec", logging.INFO, "may lose up to about 1 s of acknowledged transitions"),
+        ("always", logging.INFO, "every acknowledged transition survives a crash"),
+        ("no", logging.WARNING, "the OS decides when to write"),
+    ],
+)
 def test_aof_on_tells_what_each_appendfsync_loses(private_redis, fsync, level, fragment):
     server = private_redis(appendonly=True, appendfsync=fsync)
     [(got_level, message)] = persistence_notes(server.client())

@@ -30,6 +30,7 @@ preconditions, no draws that depend on the model. Rules pick tasks and leases by
 index into lists the machine keeps (a rule with nothing to act on does nothing), so replaying a
 choice sequence always draws the same shape of data.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,11 +74,24 @@ S, F, T, C = State.SUCCESS, State.FAILED, State.TIMEOUT, State.CANCELLED
 # Two task types on two queues, with short leases, stage deadlines and backoffs (seconds).
 # Each declares one stage with a deadline and one without.
 TYPES = {
-    "quick": dict(queue="fastq", lease=0.15, timeout=0.25, max_attempts=2, backoff=Backoff.fixed([0.03]),
-                  stages={"fetch": 0.04, "render": 0}, permanent_errors=("fatal",)),
-    "steady": dict(queue="bulkq", lease=0.15, timeout=30.0, max_attempts=3,
-                   backoff=Backoff.exponential(base=0.02, factor=2, cap=0.06, jitter=0.5),
-                   stages={"upload": 0.05, "wait": 0}, permanent_errors=()),
+    "quick": dict(
+        queue="fastq",
+        lease=0.15,
+        timeout=0.25,
+        max_attempts=2,
+        backoff=Backoff.fixed([0.03]),
+        stages={"fetch": 0.04, "render": 0},
+        permanent_errors=("fatal",),
+    ),
+    "steady": dict(
+        queue="bulkq",
+        lease=0.15,
+        timeout=30.0,
+        max_attempts=3,
+        backoff=Backoff.exponential(base=0.02, factor=2, cap=0.06, jitter=0.5),
+        stages={"upload": 0.05, "wait": 0},
+        permanent_errors=(),
+    ),
 }
 QUEUES = sorted({t["queue"] for t in TYPES.values()})
 OWNERS = st.sampled_from(["alice", "bob"])
@@ -101,8 +115,9 @@ def args_size(args: dict) -> int:
 def min_backoff_ms(type_: str, attempt: int) -> int:
     """The shortest retry delay the type's backoff allows after failed attempt ``attempt``."""
     b = TYPES[type_]["backoff"]
-    delay = b.schedule[min(attempt, len(b.schedule)) - 1] if b.schedule else \
-        min(b.cap, b.base * b.factor ** (attempt - 1))
+    delay = (
+        b.schedule[min(attempt, len(b.schedule)) - 1] if b.schedule else min(b.cap, b.base * b.factor ** (attempt - 1))
+    )
     return int(ms(delay) * (1 - b.jitter))
 
 
@@ -183,8 +198,9 @@ class TaskMachine(RuleBasedStateMachine):
         return self._ghost_lease()
 
     def _ghost_lease(self) -> Lease:
-        return Lease(task_id=self.ids[0], token=1, attempt=1, args={}, type="quick", worker="w0", lease=0.15,
-                     max_attempts=2)
+        return Lease(
+            task_id=self.ids[0], token=1, attempt=1, args={}, type="quick", worker="w0", lease=0.15, max_attempts=2
+        )
 
     # -- checking helpers -------------------------------------------------------------------------
     def _snapshot(self, task_id: str) -> tuple:
@@ -256,8 +272,15 @@ class TaskMachine(RuleBasedStateMachine):
     def _new_task(self, task, supersedes: str = "") -> None:
         assert task.id not in self.model, "a new task reused an existing id"
         assert (task.status, task.attempt, task.token, task.supersedes) == (self.waiting, 0, 0, supersedes)
-        m = self.model[task.id] = Model(id=task.id, type=task.type, owner=task.owner, priority=task.priority,
-                                        supersedes=supersedes, status=self.waiting, args_bytes=args_size(task.args))
+        m = self.model[task.id] = Model(
+            id=task.id,
+            type=task.type,
+            owner=task.owner,
+            priority=task.priority,
+            supersedes=supersedes,
+            status=self.waiting,
+            args_bytes=args_size(task.args),
+        )
         self.ids.append(task.id)
         if self.dispatcher:
             self._dispatched(m)
@@ -279,23 +302,32 @@ class TaskMachine(RuleBasedStateMachine):
         m.status, m.due = status, False
 
     # -- client calls -----------------------------------------------------------------------------
-    @initialize(executor=st.booleans(), tasks=st.lists(st.tuples(st.sampled_from(sorted(TYPES)), OWNERS),
-                                                        min_size=2, max_size=5), claims=st.integers(0, 5))
+    @initialize(
+        executor=st.booleans(),
+        tasks=st.lists(st.tuples(st.sampled_from(sorted(TYPES)), OWNERS), min_size=2, max_size=5),
+        claims=st.integers(0, 5),
+    )
     def start(self, executor, tasks, claims):
         """An engine with or without an executor, and a few tasks, some claimed."""
         type(self).steps += 1
         self.dispatcher = FakeDispatcher() if executor else None
-        self.engine = Engine(self.redis, namespace="sm", config=Config(history_maxlen=10_000),
-                             dispatcher=self.dispatcher, check=False)
+        self.engine = Engine(
+            self.redis, namespace="sm", config=Config(history_maxlen=10_000), dispatcher=self.dispatcher, check=False
+        )
         for name, spec in TYPES.items():
             self.engine.task(name=name, **spec)(lambda ctx, **kw: None)
         for type_, owner in tasks:
             self._submit(type_, owner, {"n": 0}, None, 0)
-        for task_id in self.ids[1:1 + claims]:
+        for task_id in self.ids[1 : 1 + claims]:
             self._claim(task_id, "w1")
 
-    @rule(type_=st.sampled_from(sorted(TYPES)), owner=OWNERS, n=st.integers(0, 1),
-          key=st.none() | st.sampled_from(["k1", "k2"]), priority=st.integers(-2, 2))
+    @rule(
+        type_=st.sampled_from(sorted(TYPES)),
+        owner=OWNERS,
+        n=st.integers(0, 1),
+        key=st.none() | st.sampled_from(["k1", "k2"]),
+        priority=st.integers(-2, 2),
+    )
     def submit(self, type_, owner, n, key, priority):
         type(self).steps += 1
         self._submit(type_, owner, {"n": n}, key, priority)
@@ -326,15 +358,17 @@ class TaskMachine(RuleBasedStateMachine):
             err = self._refused(known[0], IdempotencyConflict, call)
             assert err.task_id == known[0]
 
-    @rule(type_=st.sampled_from(sorted(TYPES)), owner=OWNERS, headroom=st.integers(0, 1),
-          bytes_limit=st.booleans())
+    @rule(type_=st.sampled_from(sorted(TYPES)), owner=OWNERS, headroom=st.integers(0, 1), bytes_limit=st.booleans())
     def submit_under_quota(self, type_, owner, headroom, bytes_limit):
         """Submit with a quota that leaves room for one more task (headroom 1) or none (0): of
         unfinished tasks, or of their args bytes. A refusal writes nothing."""
         type(self).steps += 1
         args = {"n": 0}
-        mine = [m for m in self.model.values()
-                if m.queue == TYPES[type_]["queue"] and m.owner == owner and not m.status.terminal]
+        mine = [
+            m
+            for m in self.model.values()
+            if m.queue == TYPES[type_]["queue"] and m.owner == owner and not m.status.terminal
+        ]
         if bytes_limit:
             quota = Quota(max_unfinished_bytes=sum(m.args_bytes for m in mine) + args_size(args) - 1 + headroom)
         elif len(mine) + headroom == 0:
@@ -473,8 +507,12 @@ class TaskMachine(RuleBasedStateMachine):
         else:
             lease = call()
             assert all(lease.token > old for old in m.tokens), f"fencing token {lease.token} after {m.tokens}"
-            assert (lease.attempt, lease.max_attempts, lease.type, lease.worker) == \
-                (m.attempt + 1, m.max_attempts, m.type, worker)
+            assert (lease.attempt, lease.max_attempts, lease.type, lease.worker) == (
+                m.attempt + 1,
+                m.max_attempts,
+                m.type,
+                worker,
+            )
             assert lease.lease == TYPES[m.type]["lease"]
             self._move(m, R)
             m.attempt, m.token, m.lease, m.stage, m.ended = lease.attempt, lease.token, lease, "", None
@@ -516,8 +554,7 @@ class TaskMachine(RuleBasedStateMachine):
         m.stage = name
         m.due = False  # the stage deadline was replaced: unknown until time passes again
 
-    @rule(index=INDEX, held=HELD, fraction=st.sampled_from([0.0, 0.5, 1.0]),
-          message=st.sampled_from(["", "halfway"]))
+    @rule(index=INDEX, held=HELD, fraction=st.sampled_from([0.0, 0.5, 1.0]), message=st.sampled_from(["", "halfway"]))
     def progress(self, index, held, fraction, message):
         type(self).steps += 1
         lease = self._lease(index, held)
@@ -560,8 +597,13 @@ class TaskMachine(RuleBasedStateMachine):
             m.ended = (lease.token, "complete")
             assert self.engine.get(lease.task_id).result == {"token": lease.token}
 
-    @rule(index=INDEX, held=HELD, kind=st.sampled_from(["boom", "fatal"]), retryable=st.booleans(),
-          retry_in=st.sampled_from([None, None, 0]))
+    @rule(
+        index=INDEX,
+        held=HELD,
+        kind=st.sampled_from(["boom", "fatal"]),
+        retryable=st.booleans(),
+        retry_in=st.sampled_from([None, None, 0]),
+    )
     def fail(self, index, held, kind, retryable, retry_in):
         type(self).steps += 1
         lease = self._lease(index, held)
@@ -606,13 +648,15 @@ class TaskMachine(RuleBasedStateMachine):
     def holder_call_on_missing_task(self, verb):
         type(self).steps += 1
         ghost = self._ghost_lease()
-        call = {"heartbeat": lambda: self.engine.heartbeat(ghost),
-                "stage": lambda: self.engine.stage(ghost, "fetch"),
-                "progress": lambda: self.engine.progress(ghost, 0.5),
-                "checkpoint": lambda: self.engine.checkpoint(ghost, "a", 1),
-                "complete": lambda: self.engine.complete(ghost),
-                "fail": lambda: self.engine.fail(ghost, "boom"),
-                "release": lambda: self.engine.release(ghost)}[verb]
+        call = {
+            "heartbeat": lambda: self.engine.heartbeat(ghost),
+            "stage": lambda: self.engine.stage(ghost, "fetch"),
+            "progress": lambda: self.engine.progress(ghost, 0.5),
+            "checkpoint": lambda: self.engine.checkpoint(ghost, "a", 1),
+            "complete": lambda: self.engine.complete(ghost),
+            "fail": lambda: self.engine.fail(ghost, "boom"),
+            "release": lambda: self.engine.release(ghost),
+        }[verb]
         self._refused(ghost.task_id, TaskNotFound, call)
 
     # -- sweeper and time -------------------------------------------------------------------------
@@ -639,8 +683,9 @@ class TaskMachine(RuleBasedStateMachine):
             if m.status == R:
                 target = W if m.attempt < m.max_attempts else T
                 # A retry may fall due within the same tick (at once after a lost heartbeat).
-                assert got.status == target or (target == W and got.status == self.waiting), \
+                assert got.status == target or (target == W and got.status == self.waiting), (
                     f"expired {m.id} (attempt {m.attempt}/{m.max_attempts}) went to {got.status}"
+                )
                 self._check_expiry(m, got)
                 expired += 1
                 timed_out += target == T
@@ -654,8 +699,9 @@ class TaskMachine(RuleBasedStateMachine):
             else:
                 self._move(m, got.status)
         assert (report.expired, report.timed_out, report.promoted) == (expired, timed_out, promoted), report
-        assert (report.dispatched, report.refreshed, report.purged) == \
-            (promoted if self.dispatcher else 0, 0, 0), report
+        assert (report.dispatched, report.refreshed, report.purged) == (promoted if self.dispatcher else 0, 0, 0), (
+            report
+        )
 
     def _check_expiry(self, m: Model, got) -> None:
         """The expiry is recorded with the one reason its deadlines allow, and retried as it should be."""
@@ -669,7 +715,7 @@ class TaskMachine(RuleBasedStateMachine):
             expected.append(("RETRY_WAITING", "PENDING", "promote"))
             if self.dispatcher:
                 expected.append(("PENDING", "QUEUED", "dispatch"))
-        tail = transitions[-len(expected):]
+        tail = transitions[-len(expected) :]
         assert [(e["from"], e["to"], e["verb"]) for e in tail] == expected, tail
         reason = tail[0]["reason"]
         assert got.reason == reason and got.error_kind == "timeout"
@@ -747,8 +793,13 @@ class TaskMachine(RuleBasedStateMachine):
         for m, got in zip(models, self.engine.get_many([m.id for m in models])):
             assert got is not None, f"{m.id} vanished"
             assert got.status == m.status, f"{m.id}: engine {got.status}, model {m.status}"
-            assert (got.attempt, got.token, got.owner, got.type, got.priority) == \
-                (m.attempt, m.token, m.owner, m.type, m.priority), m.id
+            assert (got.attempt, got.token, got.owner, got.type, got.priority) == (
+                m.attempt,
+                m.token,
+                m.owner,
+                m.type,
+                m.priority,
+            ), m.id
             assert (got.supersedes, got.superseded_by) == (m.supersedes, m.superseded_by), m.id
             assert m.tokens == sorted(set(m.tokens))  # strictly increasing across claims
             counts[m.queue][m.status.value] += 1
@@ -820,11 +871,22 @@ def run(machine: type[TaskMachine], examples: int, steps: int) -> int:
     the next; Hypothesis then reports the failure as flaky, the original error inside). A failure
     is reported as first found, every step listed.
     """
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None, database=DATABASE,
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
-                               HealthCheck.large_base_example]))
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            database=DATABASE,
+            phases=[Phase.explicit, Phase.reuse, Phase.generate],
+            suppress_health_check=[
+                HealthCheck.too_slow,
+                HealthCheck.filter_too_much,
+                HealthCheck.data_too_large,
+                HealthCheck.large_base_example,
+            ],
+        ),
+    )
     return machine.steps
 
 

@@ -1,4 +1,5 @@
 """Reading the queues' event streams (engine/core/streams.py), shared by the web and ``ghostless tail``."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,23 +10,59 @@ from ghostless.core.streams import MAX_SEQ, parse_stream_id, read_stream, stream
 
 
 def add(engine, queue: str, stream_id: str, **fields) -> None:
-    engine.redis.xadd(engine.keys.queue_key(queue, "events"), {"id": f"{queue}.x", "kind": "progress",
-                                                                "at": "1500", **fields}, id=stream_id)
+    engine.redis.xadd(
+        engine.keys.queue_key(queue, "events"),
+        {"id": f"{queue}.x", "kind": "progress", "at": "1500", **fields},
+        id=stream_id,
+    )
 
 
-@pytest.mark.parametrize("value, want", [("5-3", (5, 3)), (f"{MAX_SEQ}-{MAX_SEQ}", (MAX_SEQ, MAX_SEQ)),
-                                         (f"{MAX_SEQ + 1}-0", None), ("5", None), ("5-3 ", None), (b"5-3", None),
-                                         (None, None), ("-1-0", None)])
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        ("5-3", (5, 3)),
+        (f"{MAX_SEQ}-{MAX_SEQ}", (MAX_SEQ, MAX_SEQ)),
+        (f"{MAX_SEQ + 1}-0", None),
+        ("5", None),
+        ("5-3 ", None),
+        (b"5-3", None),
+        (None, None),
+        ("-1-0", None),
+    ],
+)
 def test_parse_stream_id(value, want):
     assert parse_stream_id(value) == want
 
 
 def test_stream_event_decodes_fields_and_types_numbers():
-    ev = stream_event("images", b"7-1", {b"id": b"images.a", b"kind": b"progress", b"at": b"1500",
-                                         b"progress": b"0.5", b"version": b"3", b"token": b"x", b"message": b"hi"})
-    assert ev == {"stream_id": "7-1", "queue": "images", "task_id": "images.a", "kind": "progress", "owner": "",
-                  "type": "", "at": 1.5, "from": "", "to": "", "progress": 0.5, "version": 3, "token": "x",
-                  "message": "hi"}
+    ev = stream_event(
+        "images",
+        b"7-1",
+        {
+            b"id": b"images.a",
+            b"kind": b"progress",
+            b"at": b"1500",
+            b"progress": b"0.5",
+            b"version": b"3",
+            b"token": b"x",
+            b"message": b"hi",
+        },
+    )
+    assert ev == {
+        "stream_id": "7-1",
+        "queue": "images",
+        "task_id": "images.a",
+        "kind": "progress",
+        "owner": "",
+        "type": "",
+        "at": 1.5,
+        "from": "",
+        "to": "",
+        "progress": 0.5,
+        "version": 3,
+        "token": "x",
+        "message": "hi",
+    }
 
 
 def test_read_stream_after_an_id_starts_at_the_next_one_even_at_the_largest_seq(engine):

@@ -1,4 +1,5 @@
 """submit.lua: creating tasks, idempotency keys, bad input."""
+
 import pytest
 
 from ghostless import IdempotencyConflict, State, UnknownTaskType
@@ -51,12 +52,15 @@ def test_delayed_task_is_due_for_dispatch_after_the_delay(engine):
     assert score / 1000 == pytest.approx(task.created_at + 60, abs=0.01)
 
 
-@pytest.mark.parametrize("args, problem", [
-    (["not", "an", "object"], "JSON object"),
-    ({"x": object()}, "not JSON-serialisable"),
-    ({"x": float("nan")}, "not JSON-serialisable"),
-    ({"x": "y" * (1 << 20)}, "over the limit"),
-])
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["not", "an", "object"], "JSON object"),
+        ({"x": object()}, "not JSON-serialisable"),
+        ({"x": float("nan")}, "not JSON-serialisable"),
+        ({"x": "y" * (1 << 20)}, "over the limit"),
+    ],
+)
 def test_bad_args_are_a_value_error_naming_the_problem(engine, args, problem):
     with pytest.raises(ValueError, match=problem):
         engine.submit("render", args, owner="alice")
@@ -74,8 +78,9 @@ def test_empty_or_missing_owner_is_a_value_error(engine, owner):
         engine.submit("render", {}, owner=owner)
 
 
-@pytest.mark.parametrize("kw", [{"priority": "high"}, {"priority": True}, {"delay": -1},
-                                {"delay": float("inf")}, {"idempotency_key": ""}])
+@pytest.mark.parametrize(
+    "kw", [{"priority": "high"}, {"priority": True}, {"delay": -1}, {"delay": float("inf")}, {"idempotency_key": ""}]
+)
 def test_bad_options_are_value_errors(engine, kw):
     with pytest.raises(ValueError):
         engine.submit("render", {}, owner="alice", **kw)

@@ -3,6 +3,7 @@
 One test per return code of each sweeper script. Time passes only on the Redis server clock:
 each test waits for a deadline read from the task, then sweeps.
 """
+
 import pytest
 
 from ghostless import Code, Config, LeaseLost, State, WrongDispatch
@@ -20,11 +21,13 @@ def call(engine, script, task_id, *argv):
 
 
 def register_staged(engine):
-    engine.task(name="staged", queue="images", lease=30, max_attempts=2, backoff=[0.05],
-                stages={"fast": 0.05, "open": 0})(lambda ctx, **kw: None)
+    engine.task(
+        name="staged", queue="images", lease=30, max_attempts=2, backoff=[0.05], stages={"fast": 0.05, "open": 0}
+    )(lambda ctx, **kw: None)
 
 
 # -- expire ---------------------------------------------------------------------------------------
+
 
 def test_lease_without_heartbeats_expires_as_heartbeat_lost_and_is_retried_at_once(engine):
     task, lease = claimed(engine, "quick")  # lease 50 ms, 2 attempts
@@ -34,9 +37,11 @@ def test_lease_without_heartbeats_expires_as_heartbeat_lost_and_is_retried_at_on
     got = engine.get(task.id)
     assert (got.status, got.attempt, got.error_kind, got.reason) == (State.PENDING, 1, "timeout", "heartbeat_lost")
     moves = [(e.verb, e.from_, e.to, e.reason) for e in engine.history(task.id)[-3:]]
-    assert moves == [("expire", "PROCESSING", "TIMEOUT", "heartbeat_lost"),
-                     ("expire", "TIMEOUT", "RETRY_WAITING", "heartbeat_lost"),
-                     ("promote", "RETRY_WAITING", "PENDING", "")]
+    assert moves == [
+        ("expire", "PROCESSING", "TIMEOUT", "heartbeat_lost"),
+        ("expire", "TIMEOUT", "RETRY_WAITING", "heartbeat_lost"),
+        ("promote", "RETRY_WAITING", "PENDING", ""),
+    ]
     assert engine.stats()["images"]["failures"] == {"timeout": 1}
     with pytest.raises(LeaseLost):  # the late holder is fenced off
         engine.heartbeat(lease)
@@ -96,6 +101,7 @@ def test_expire_of_a_task_that_does_not_exist_is_not_found(engine):
 
 # -- promote --------------------------------------------------------------------------------------
 
+
 def test_retry_waiting_task_whose_time_has_come_is_promoted_to_pending_due_now(engine):
     task, lease = claimed(engine)
     engine.fail(lease, "boom")
@@ -134,6 +140,7 @@ def test_promote_of_a_task_that_does_not_exist_is_not_found(engine):
 
 
 # -- purge ----------------------------------------------------------------------------------------
+
 
 def test_terminal_task_past_its_retention_is_purged_with_all_its_keys(engine):
     short = sibling(engine, config=Config(retention=0.05, idempotency_ttl=0.05))
@@ -176,6 +183,7 @@ def test_purge_of_a_task_already_gone_is_not_found_and_drops_it_from_the_expiry_
 
 
 # -- due and the tick -----------------------------------------------------------------------------
+
 
 def test_due_lists_what_is_due_in_each_set_and_the_time_until_the_earliest_deadline(engine):
     q = engine.keys.task(GHOST)
@@ -241,6 +249,7 @@ def test_two_sweepers_racing_the_second_gets_nothing(engine):
 
 # -- re-dispatch (with an executor) ---------------------------------------------------------------
 
+
 def test_queued_task_whose_job_was_lost_is_dispatched_again_and_the_old_delivery_refused(engine):
     executor = FakeDispatcher()
     engine = sibling(engine, config=Config(requeue_after=0.05), dispatcher=executor)
@@ -289,8 +298,11 @@ def test_queued_task_whose_job_still_exists_is_checked_again_only_after_requeue_
 @pytest.mark.parametrize("stuck", ["job still exists", "type unknown to this sweeper"])
 def test_sweep_with_a_full_batch_of_tasks_it_cannot_move_still_returns(engine, monkeypatch, stuck):
     executor = FakeDispatcher()
-    submitter = sibling(engine, config=Config(requeue_after=0.05, dispatch_grace=0.05),
-                        dispatcher=executor if stuck == "job still exists" else None)
+    submitter = sibling(
+        engine,
+        config=Config(requeue_after=0.05, dispatch_grace=0.05),
+        dispatcher=executor if stuck == "job still exists" else None,
+    )
     sweeper = sibling(engine, dispatcher=executor, types=stuck == "job still exists")
     task = submitter.submit("render", {"prompt": "a cat"}, owner="alice")
     wait_for_server_time(engine.redis, engine.redis.zscore(engine.keys.task(task.id).dispatch, task.id))

@@ -1,6 +1,7 @@
 """The sweeper's dispatches (engine/core/sweep.py, lua/dispatch.lua): one dispatch per due task however
 many sweepers race; a job known lost is looked at again within seconds; a task returning from a
 lost attempt goes to the head of its priority's line."""
+
 import redis
 
 from ghostless import Code, Config, State
@@ -40,6 +41,7 @@ def due_tasks(engine, n=5):
 
 # -- item: one dispatch per due task -------------------------------------------------------------
 
+
 def test_two_sweepers_racing_over_the_same_due_tasks_dispatch_each_task_once(engine):
     executor = SlowExecutor()
     first, second = sibling(engine, dispatcher=executor), sibling(engine, dispatcher=executor)
@@ -68,16 +70,19 @@ def test_a_sweeper_dispatch_at_a_score_the_task_no_longer_has_is_not_due_and_cha
     k = dispatching.keys.task(task.id)
     seen = dispatching.redis.zscore(k.dispatch, task.id)
     before = snapshot(dispatching, task.id)
-    reply = dispatching.scripts.dispatch(k, dispatching.keys.queue_key("images", "control"), task.id, "d-2",
-                                         300_000, seen_score=seen - 1)
+    reply = dispatching.scripts.dispatch(
+        k, dispatching.keys.queue_key("images", "control"), task.id, "d-2", 300_000, seen_score=seen - 1
+    )
     assert reply == [Code.NOT_DUE]
     assert snapshot(dispatching, task.id) == before
-    reply = dispatching.scripts.dispatch(k, dispatching.keys.queue_key("images", "control"), task.id, "d-2",
-                                         300_000, seen_score=seen)
+    reply = dispatching.scripts.dispatch(
+        k, dispatching.keys.queue_key("images", "control"), task.id, "d-2", 300_000, seen_score=seen
+    )
     assert reply[0] == Code.OK
 
 
 # -- item: a job known lost is looked at again within seconds ------------------------------------
+
 
 class RefusingExecutor(FakeDispatcher):
     def enqueue(self, *a, **kw):
@@ -141,6 +146,7 @@ def test_job_lost_for_a_dispatch_that_is_no_longer_current_changes_nothing(engin
 
 # -- item: a task that lost its worker runs next among its priority ------------------------------
 
+
 def test_a_reclaimed_task_goes_to_the_head_of_its_priority_in_the_ready_line(engine):
     executor = FakeDispatcher()
     dispatching = sibling(engine, dispatcher=executor)
@@ -170,8 +176,11 @@ def test_a_lost_worker_or_a_release_returns_to_the_head_but_a_retry_after_backof
     for task in (released, crashed, flaky):
         if dispatching.get(task.id).status != State.QUEUED:
             dispatching.dispatch(task.id)
-    fronts = {t.args["prompt"] for t in (released, crashed, flaky, queued)
-              if executor.dispatches(t.id)[-1] in executor.at_front}
+    fronts = {
+        t.args["prompt"]
+        for t in (released, crashed, flaky, queued)
+        if executor.dispatches(t.id)[-1] in executor.at_front
+    }
     assert fronts == {"released", "crashed"}
     assert dispatching.get(flaky.id).position == 3 and dispatching.get(queued.id).position == 2
     assert dispatching.check() == []

@@ -1,6 +1,7 @@
 """A sleeping sweeper is woken by a deadline set sooner than its next look (lua/lib/record.lua
 publishes it; engine/core/sweep.py Wake listens), so a short retry is promoted when it is due, not at
 the sweeper's next wake-up."""
+
 import threading
 
 from ghostless.core.sweep import run_sweeper
@@ -23,13 +24,15 @@ def test_a_retry_due_sooner_than_the_wake_window_is_announced_on_its_sets_channe
     pubsub.psubscribe(*engine.keys.deadline_channels())
     wait_until(lambda: pubsub.get_message(timeout=0.05) is not None, 5, what="subscribed")
     soon, _ = claimed(engine)
-    engine.fail(engine.claim(engine.submit("render", {"prompt": "x"}, owner="alice").id, "w2"), "boom",
-                retry_in=30)  # later than the window: no message
+    engine.fail(
+        engine.claim(engine.submit("render", {"prompt": "x"}, owner="alice").id, "w2"), "boom", retry_in=30
+    )  # later than the window: no message
     engine.fail(_, "boom", retry_in=0.3)
     got = messages(pubsub)
     k = engine.keys.task(soon.id)
     assert [(m["channel"].decode(), int(float(m["data"]))) for m in got] == [
-        (k.retries, int(engine.redis.zscore(k.retries, soon.id)))]
+        (k.retries, int(engine.redis.zscore(k.retries, soon.id)))
+    ]
     pubsub.close()
 
 

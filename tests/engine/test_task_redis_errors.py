@@ -1,5 +1,6 @@
 """An attempt run in this process (engine/execution/runner.py: execute) whose engine calls fail because of
 Redis: not the task's fault, so no attempt is consumed; the task's own redis-py errors stay its own."""
+
 import pytest
 import redis
 
@@ -13,8 +14,11 @@ STALL = redis.TimeoutError("Timeout reading from socket")
 def register_stall_types(engine):
     @engine.task(name="reports", queue="images", lease=30, max_attempts=3, stages={"generating": 0})
     def reports(ctx, verb="progress"):
-        {"progress": lambda: ctx.progress(0.5, "half way"), "stage": lambda: ctx.stage("generating"),
-         "checkpoint": lambda: ctx.checkpoint("page", 3)}[verb]()
+        {
+            "progress": lambda: ctx.progress(0.5, "half way"),
+            "stage": lambda: ctx.stage("generating"),
+            "checkpoint": lambda: ctx.checkpoint("page", 3),
+        }[verb]()
         return {"done": True}
 
     @engine.task(name="uses_redis", queue="images", lease=30, max_attempts=3)
@@ -27,6 +31,7 @@ def register_stall_types(engine):
 def failing(error):
     def call(*args, **kwargs):
         raise error
+
     return call
 
 
@@ -49,11 +54,16 @@ def test_an_engine_call_that_fails_for_redis_reasons_releases_the_attempt_uncons
     assert engine.check() == []
 
 
-@pytest.mark.parametrize("error", [redis.ConnectionError("Connection refused"),
-                                   redis.exceptions.OutOfMemoryError("OOM command not allowed"),
-                                   redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
-                                   redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory")],
-                         ids=["connection", "full", "read-only", "loading"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ConnectionError("Connection refused"),
+        redis.exceptions.OutOfMemoryError("OOM command not allowed"),
+        redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+        redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"),
+    ],
+    ids=["connection", "full", "read-only", "loading"],
+)
 def test_every_kind_of_redis_fault_in_an_engine_call_releases_the_attempt(engine, error):
     register_stall_types(engine)
     task = engine.submit("reports", {}, owner="alice")

@@ -1,5 +1,6 @@
 """The core's small shared helpers: Redis replies as text, Redis TIME in ms, the retry pause
 (engine/core/text.py, engine/core/clock.py)."""
+
 from __future__ import annotations
 
 import fakeredis
@@ -9,8 +10,7 @@ from ghostless.core.clock import RETRY_BASE, retry_delay, server_ms
 from ghostless.core.text import decoded, text, text_or_none
 
 
-@pytest.mark.parametrize("value, want", [(b"caf\xc3\xa9", "café"), ("café", "café"), (None, ""), (42, "42"),
-                                         (b"", "")])
+@pytest.mark.parametrize("value, want", [(b"caf\xc3\xa9", "café"), ("café", "café"), (None, ""), (42, "42"), (b"", "")])
 def test_text(value, want):
     assert text(value) == want
 

@@ -1,4 +1,5 @@
 """An in-memory executor for the engine's dispatch hook (engine/core/dispatch.py protocol)."""
+
 from __future__ import annotations
 
 
@@ -13,8 +14,9 @@ class FakeDispatcher:
         self.priorities: dict[str, int] = {}  # dispatch id -> priority it was enqueued with
         self.at_front: set[str] = set()  # dispatch ids enqueued at the head of their line
 
-    def enqueue(self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float,
-                at_front: bool = False) -> None:
+    def enqueue(
+        self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float, at_front: bool = False
+    ) -> None:
         if at_front:
             self.at_front.add(dispatch_id)
         self.jobs[dispatch_id] = task_id

@@ -1,4 +1,5 @@
 """Real worker and sweeper processes for execution tests, chaos runs and benchmarks."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def app_env(redis_url: str, namespace: str, lease: float = 1.5, **extra: str) -> dict:
     """Environment for processes running tests.apps.basic (or another app)."""
     env = dict(os.environ)
-    env.update(GHOSTLESS_REDIS_URL=redis_url, GHOSTLESS_TEST_NS=namespace, GHOSTLESS_TEST_LEASE=str(lease),
-               PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env.update(
+        GHOSTLESS_REDIS_URL=redis_url,
+        GHOSTLESS_TEST_NS=namespace,
+        GHOSTLESS_TEST_LEASE=str(lease),
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
     env.update(extra)
     return env
 
@@ -27,8 +33,9 @@ class Proc:
         # the child's output, read by .output() for as long as the Proc lives (no with: it outlives __init__)
         self.log = tempfile.NamedTemporaryFile(prefix="ghostless-proc-", suffix=".log", delete=False)  # noqa: SIM115
         self.args = args
-        self.popen = subprocess.Popen(args, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+        self.popen = subprocess.Popen(
+            args, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     @property
     def pid(self) -> int:
@@ -95,12 +102,16 @@ def children(pid: int) -> list[int]:
 def orphans(proc: Proc) -> list[int]:
     """Live processes of ``proc``'s session (its work-horses included) whose parent is no longer
     ``proc``: work-horses left behind by a worker."""
-    return [p for p, state, ppid, sid in _processes()
-            if sid == proc.pid and p != proc.pid and ppid != proc.pid and state != "Z"]
+    return [
+        p
+        for p, state, ppid, sid in _processes()
+        if sid == proc.pid and p != proc.pid and ppid != proc.pid and state != "Z"
+    ]
 
 
-def start_worker(env: dict, app: str = "tests.apps.basic:engine", worker_class: str = "fork",
-                 *queues: str, name: str | None = None) -> Proc:
+def start_worker(
+    env: dict, app: str = "tests.apps.basic:engine", worker_class: str = "fork", *queues: str, name: str | None = None
+) -> Proc:
     args = [sys.executable, "worker.py", "--app", app, "--worker-class", worker_class, "--log-level", "INFO"]
     if name:
         args += ["--name", name]

@@ -4,6 +4,7 @@ While cut, no byte passes either way: open connections stay open and silent, new
 accepted and hang, and what was sent waits in socket buffers (TCP keeps retransmitting through a
 real partition); ``restore()`` lets it all flow again. Every thread ends within 0.1 s of ``close()``.
 """
+
 from __future__ import annotations
 
 import socket

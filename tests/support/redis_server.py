@@ -2,6 +2,7 @@
 
 Never touches the machine's shared Redis on 6379.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,10 +44,26 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)
 
     def start(self, timeout: float = 10.0) -> RedisServer:
-        args = [redis_server_path(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                "--save", "", "--appendonly", "yes" if self.appendonly else "no",
-                "--appendfsync", self.appendfsync, "--maxmemory-policy", "noeviction",
-                "--logfile", os.path.join(self.dir, "redis.log"), *self.extra]
+        args = [
+            redis_server_path(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            self.dir,
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            self.appendfsync,
+            "--maxmemory-policy",
+            "noeviction",
+            "--logfile",
+            os.path.join(self.dir, "redis.log"),
+            *self.extra,
+        ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

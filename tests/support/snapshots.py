@@ -1,5 +1,6 @@
 """What the contract tests share: snapshots of every key a script may write (to compare before
 and after a call), engines sharing a test's Redis, and ready-made lease holders."""
+
 from __future__ import annotations
 
 import copy
@@ -47,8 +48,10 @@ def queue_snapshot(engine: Engine, queue: str) -> dict:
 def snapshot(engine: Engine, *task_ids: str) -> dict:
     """Everything a script on these tasks may write: the tasks' keys and their queues' keys."""
     queues = sorted({tid.split(".")[0] for tid in task_ids})
-    return {"tasks": {tid: task_snapshot(engine, tid) for tid in task_ids},
-            "queues": {q: queue_snapshot(engine, q) for q in queues}}
+    return {
+        "tasks": {tid: task_snapshot(engine, tid) for tid in task_ids},
+        "queues": {q: queue_snapshot(engine, q) for q in queues},
+    }
 
 
 def stale_rejections(engine: Engine, queue: str = "images") -> int:
@@ -63,8 +66,7 @@ def sibling(engine: Engine, config: Config | None = None, dispatcher=None, types
 
 def ghost_lease(task_id: str = GHOST, token: int = 1, type: str = "render") -> Lease:
     """A lease on a well-formed task id that no task has."""
-    return Lease(task_id=task_id, token=token, attempt=1, args={}, type=type, worker="w1", lease=30.0,
-                 max_attempts=3)
+    return Lease(task_id=task_id, token=token, attempt=1, args={}, type=type, worker="w1", lease=30.0, max_attempts=3)
 
 
 #: Each lease-holder call with valid arguments for the ``render`` type.
@@ -82,8 +84,9 @@ HOLDER_CALLS = {
 def in_state(engine: Engine, state: State, owner: str = "alice", type: str = "render"):
     """A task of ``owner`` in ``state``, made through the engine, and its last lease (None when
     it had none). TIMEOUT uses the ``brief`` type, whose attempt times out."""
-    task = engine.submit("brief" if state == State.TIMEOUT else type,
-                         {} if state == State.TIMEOUT else {"prompt": "a cat"}, owner=owner)
+    task = engine.submit(
+        "brief" if state == State.TIMEOUT else type, {} if state == State.TIMEOUT else {"prompt": "a cat"}, owner=owner
+    )
     if state == State.PENDING:
         return task, None
     lease = engine.claim(task.id, "w1")

@@ -1,4 +1,5 @@
 """Waiting on conditions (never sleeping and hoping)."""
+
 from __future__ import annotations
 
 import time

@@ -1,5 +1,6 @@
 """Fixtures for the web tests: an app on the ``engine`` fixture (fakeredis and a real
 redis-server), a test client, and three users: alice and bob (users) and root (admin)."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,8 +42,11 @@ def client(app):
 
 @pytest.fixture
 def tokens(engine) -> dict[str, str]:
-    return {"alice": engine.users.add("alice"), "bob": engine.users.add("bob"),
-            "root": engine.users.add("root", admin=True)}
+    return {
+        "alice": engine.users.add("alice"),
+        "bob": engine.users.add("bob"),
+        "root": engine.users.add("root", admin=True),
+    }
 
 
 @pytest.fixture

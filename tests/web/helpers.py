@@ -1,4 +1,5 @@
 """Tasks in a given state for web tests (owned by alice unless told), made through the engine."""
+
 from __future__ import annotations
 
 import threading
@@ -18,6 +19,7 @@ def task_in(engine: Engine, state: State, owner: str = "alice", type: str = "ren
 def when_subscribed(broker, action, subscribers: int = 1) -> threading.Thread:
     """Run ``action`` in a thread once ``broker`` has ``subscribers`` subscribers (a long-poll
     or stream is waiting); join the returned thread."""
+
     def run():
         wait_until(lambda: broker.subscribers() >= subscribers, what="a waiting subscriber")
         action()

@@ -3,6 +3,7 @@
 The app's keep-alive interval is short in tests, so each read of the response returns
 within it and a deadline can be checked between reads (no sleeping).
 """
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """Admin operations (web/admin.py): reclaim a stuck task, retry a type's FAILED tasks, drain and
 resume a queue. They do not exist for anyone but an admin, and cookie sessions need CSRF."""
+
 from __future__ import annotations
 
 import pytest
@@ -78,8 +79,16 @@ def test_an_admin_retries_every_failed_task_of_a_type(client, engine, auth):
     assert engine.history(failed[1])[-1].by == "root"
 
 
-@pytest.mark.parametrize("body, status", [({"type": "nope"}, 400), ({}, 400), ({"type": "render", "x": 1}, 400),
-                                          ({"type": "render", "queue": "nope"}, 404), ({"type": 5}, 400)])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"type": "nope"}, 400),
+        ({}, 400),
+        ({"type": "render", "x": 1}, 400),
+        ({"type": "render", "queue": "nope"}, 404),
+        ({"type": 5}, 400),
+    ],
+)
 def test_bad_retry_failed_requests_are_4xx(client, auth, body, status):
     assert client.post("/api/admin/retry-failed", json=body, headers=auth["root"]).status_code == status
 

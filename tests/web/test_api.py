@@ -1,4 +1,5 @@
 """The JSON API (web/api.py, web/health.py, web/errors.py), called as the tasks' owner."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,13 @@ def test_submit_creates_a_pending_task_owned_by_the_caller(client, auth, engine)
     r = submit(client, auth["alice"], priority=3)
     assert r.status_code == 201
     task = r.get_json()["task"]
-    assert (task["status"], task["owner"], task["type"], task["args"], task["priority"]) == \
-        ("PENDING", "alice", "render", {"prompt": "a cat"}, 3)
+    assert (task["status"], task["owner"], task["type"], task["args"], task["priority"]) == (
+        "PENDING",
+        "alice",
+        "render",
+        {"prompt": "a cat"},
+        3,
+    )
     assert engine.get(task["id"]).owner == "alice"
 
 
@@ -58,25 +64,32 @@ def test_idempotency_keys_are_scoped_to_the_caller(client, auth):
 
 def test_submit_with_a_used_key_and_other_args_is_a_409(client, auth):
     submit(client, auth["alice"], idempotency_key="k")
-    r = client.post("/api/tasks", json={"type": "render", "args": {"prompt": "a dog"}, "idempotency_key": "k"},
-                    headers=auth["alice"])
+    r = client.post(
+        "/api/tasks",
+        json={"type": "render", "args": {"prompt": "a dog"}, "idempotency_key": "k"},
+        headers=auth["alice"],
+    )
     assert (r.status_code, error_code(r)) == (409, "idempotency_conflict")
 
 
-@pytest.mark.parametrize("body, code", [
-    ({"type": "nope", "args": {}}, "unknown_task_type"),
-    ({"type": "render", "args": [1, 2]}, "invalid"),
-    ({"type": "render", "args": {"x": float("inf")}}, "invalid"),
-    ({"type": "render", "args": {}, "priority": "high"}, "invalid"),
-    ({"type": "render", "args": {}, "delay": -1}, "invalid"),
-    ({"type": "render", "args": {}, "idempotency_key": ""}, "invalid"),
-    ({"type": "render", "args": {}, "colour": "red"}, "invalid"),
-    ({"args": {}}, "invalid"),
-    ({"type": 7, "args": {}}, "invalid"),
-])
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ({"type": "nope", "args": {}}, "unknown_task_type"),
+        ({"type": "render", "args": [1, 2]}, "invalid"),
+        ({"type": "render", "args": {"x": float("inf")}}, "invalid"),
+        ({"type": "render", "args": {}, "priority": "high"}, "invalid"),
+        ({"type": "render", "args": {}, "delay": -1}, "invalid"),
+        ({"type": "render", "args": {}, "idempotency_key": ""}, "invalid"),
+        ({"type": "render", "args": {}, "colour": "red"}, "invalid"),
+        ({"args": {}}, "invalid"),
+        ({"type": 7, "args": {}}, "invalid"),
+    ],
+)
 def test_submit_with_bad_input_is_a_400_naming_the_problem(client, auth, body, code):
-    r = client.post("/api/tasks", data=json.dumps(body, allow_nan=True), content_type="application/json",
-                    headers=auth["alice"])
+    r = client.post(
+        "/api/tasks", data=json.dumps(body, allow_nan=True), content_type="application/json", headers=auth["alice"]
+    )
     assert (r.status_code, error_code(r)) == (400, code)
     assert r.get_json()["error"]["message"]
 
@@ -105,8 +118,9 @@ def test_list_shows_the_callers_tasks_newest_first_in_pages(client, auth, engine
     submit(client, auth["bob"])
     seen, cursor = [], None
     for _ in range(3):
-        r = client.get("/api/tasks", query_string={"limit": 2, **({"cursor": cursor} if cursor else {})},
-                       headers=auth["alice"])
+        r = client.get(
+            "/api/tasks", query_string={"limit": 2, **({"cursor": cursor} if cursor else {})}, headers=auth["alice"]
+        )
         assert r.status_code == 200
         page = r.get_json()
         seen += [t["id"] for t in page["tasks"]]
@@ -133,8 +147,9 @@ def test_list_filters_by_status_type_and_queue(client, auth, engine):
     assert ids(queue="nowhere") == set()
 
 
-@pytest.mark.parametrize("query", [{"status": "DONE"}, {"limit": "0"}, {"limit": "501"}, {"limit": "ten"},
-                                   {"cursor": "garbage"}])
+@pytest.mark.parametrize(
+    "query", [{"status": "DONE"}, {"limit": "0"}, {"limit": "501"}, {"limit": "ten"}, {"cursor": "garbage"}]
+)
 def test_list_with_a_bad_filter_is_a_400(client, auth, query):
     r = client.get("/api/tasks", query_string=query, headers=auth["alice"])
     assert (r.status_code, error_code(r)) == (400, "invalid")
@@ -147,8 +162,11 @@ def test_get_returns_the_task_with_its_history(client, auth, engine):
     assert r.status_code == 200
     body = r.get_json()
     assert body["task"]["status"] == "SUCCESS" and body["task"]["result"] == {"url": "s3://cat"}
-    assert [(e["from"], e["to"]) for e in body["history"] if e["kind"] == "transition"] == \
-        [("", "PENDING"), ("PENDING", "PROCESSING"), ("PROCESSING", "SUCCESS")]
+    assert [(e["from"], e["to"]) for e in body["history"] if e["kind"] == "transition"] == [
+        ("", "PENDING"),
+        ("PENDING", "PROCESSING"),
+        ("PROCESSING", "SUCCESS"),
+    ]
 
 
 @pytest.mark.parametrize("task_id", [GHOST, "nonsense", "images.XYZ", "a" * 500])
@@ -210,8 +228,12 @@ def test_edit_replaces_the_task_with_a_linked_new_one(client, auth, engine):
     r = client.post(f"/api/tasks/{task.id}/edit", json={"args": {"prompt": "a dog"}}, headers=auth["alice"])
     assert r.status_code == 201
     new = r.get_json()["task"]
-    assert (new["status"], new["args"], new["supersedes"], new["owner"]) == \
-        ("PENDING", {"prompt": "a dog"}, task.id, "alice")
+    assert (new["status"], new["args"], new["supersedes"], new["owner"]) == (
+        "PENDING",
+        {"prompt": "a dog"},
+        task.id,
+        "alice",
+    )
     assert engine.get(task.id).superseded_by == new["id"]
 
 
@@ -258,11 +280,14 @@ def test_stats_list_stuck_tasks(make_app, auth, engine):
     waiting = task_in(engine, State.PENDING)
     overdue = engine.submit("quick", {}, owner="alice")
     engine.claim(overdue.id, "w1")
-    wait_for_server_time(engine.redis, max(engine.get(overdue.id).lease_deadline,
-                                           engine.get(waiting.id).updated_at + 0.05) * 1000)
+    wait_for_server_time(
+        engine.redis, max(engine.get(overdue.id).lease_deadline, engine.get(waiting.id).updated_at + 0.05) * 1000
+    )
     stuck = client.get("/api/stats", headers=auth["alice"]).get_json()["stuck"]
-    assert {(s["task_id"], s["why"]) for s in stuck} == {(waiting.id, "pending_too_long"),
-                                                          (overdue.id, "lease_expired")}
+    assert {(s["task_id"], s["why"]) for s in stuck} == {
+        (waiting.id, "pending_too_long"),
+        (overdue.id, "lease_expired"),
+    }
 
 
 def test_a_users_stuck_task_is_listed_behind_more_than_a_page_of_other_owners(make_app, auth, engine):
@@ -280,15 +305,29 @@ def test_stats_survive_an_event_newer_than_the_clock_they_read(client, auth, eng
     task_in(engine, State.SUCCESS)
     key = engine.keys.queue_key("images", "events")
     sec, _ = engine.redis.time()
-    engine.redis.xadd(key, {"id": "images.0123456789abcdef0123", "kind": "transition", "to": "SUCCESS",
-                            "owner": "alice", "type": "render", "version": "3",
-                            "at": str((int(sec) + 120) * 1000)}, id=f"{(int(sec) + 120) * 1000}-0")
+    engine.redis.xadd(
+        key,
+        {
+            "id": "images.0123456789abcdef0123",
+            "kind": "transition",
+            "to": "SUCCESS",
+            "owner": "alice",
+            "type": "render",
+            "version": "3",
+            "at": str((int(sec) + 120) * 1000),
+        },
+        id=f"{(int(sec) + 120) * 1000}-0",
+    )
     assert client.get("/api/stats", headers=auth["alice"]).status_code == 200
 
 
 def test_a_multipart_part_without_a_name_is_an_unknown_field_400(client, auth):
-    r = client.post("/api/tasks", headers=auth["alice"], content_type="multipart/form-data; boundary=b",
-                    data=b'--b\r\nContent-Disposition: form-data\r\n\r\nv\r\n--b--\r\n')
+    r = client.post(
+        "/api/tasks",
+        headers=auth["alice"],
+        content_type="multipart/form-data; boundary=b",
+        data=b"--b\r\nContent-Disposition: form-data\r\n\r\nv\r\n--b--\r\n",
+    )
     assert r.status_code == 400 and "unknown field" in r.get_json()["error"]["message"]
 
 

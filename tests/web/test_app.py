@@ -1,4 +1,5 @@
 """App-wide answers (web/app.py): no API or JSON answer is cached or content-sniffed."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,16 +16,19 @@ def assert_private(response):
     assert response.headers["X-Content-Type-Options"] == "nosniff"
 
 
-@pytest.mark.parametrize("method, url, status", [
-    ("GET", "/api/tasks", 200),
-    ("GET", "/api/me", 200),
-    ("GET", "/api/stats", 200),
-    ("GET", f"/api/tasks/{GHOST}", 404),
-    ("POST", "/api/tasks", 400),
-    ("DELETE", "/api/tasks", 405),
-    ("GET", "/api/no-such-call", 404),
-    ("GET", f"/api/tasks/{GHOST}/events", 404),
-])
+@pytest.mark.parametrize(
+    "method, url, status",
+    [
+        ("GET", "/api/tasks", 200),
+        ("GET", "/api/me", 200),
+        ("GET", "/api/stats", 200),
+        ("GET", f"/api/tasks/{GHOST}", 404),
+        ("POST", "/api/tasks", 400),
+        ("DELETE", "/api/tasks", 405),
+        ("GET", "/api/no-such-call", 404),
+        ("GET", f"/api/tasks/{GHOST}/events", 404),
+    ],
+)
 def test_every_api_answer_is_no_store_and_nosniff(client, auth, method, url, status):
     r = client.open(url, method=method, headers=auth["alice"], json={} if method == "POST" else None)
     assert r.status_code == status

@@ -1,4 +1,5 @@
 """Authentication (web/auth.py): bearer tokens, cookie login/logout, CSRF on cookie POSTs."""
+
 from __future__ import annotations
 
 import base64
@@ -36,8 +37,9 @@ def browser(app, tokens):
 
 
 # -- bearer ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("header", [None, "Bearer", "Bearer gl_not-a-real-token", "Basic YWxpY2U6cHc=",
-                                    "bearer  ", "Token abc"])
+@pytest.mark.parametrize(
+    "header", [None, "Bearer", "Bearer gl_not-a-real-token", "Basic YWxpY2U6cHc=", "bearer  ", "Token abc"]
+)
 def test_a_call_without_a_valid_bearer_token_is_a_401(client, tokens, header):
     r = client.get("/api/tasks", headers={"Authorization": header} if header else {})
     assert (r.status_code, code(r)) == (401, "unauthorized")
@@ -79,8 +81,18 @@ def test_the_login_page_is_a_form(client):
     assert r.status_code == 200 and 'name="token"' in r.get_data(as_text=True)
 
 
-@pytest.mark.parametrize("next_url", ["//evil.example", "https://evil.example/", "/\\evil.example", "tasks",
-                                      "/\t/evil.example", "/\n/evil.example", "/\x00/evil.example"])
+@pytest.mark.parametrize(
+    "next_url",
+    [
+        "//evil.example",
+        "https://evil.example/",
+        "/\\evil.example",
+        "tasks",
+        "/\t/evil.example",
+        "/\n/evil.example",
+        "/\x00/evil.example",
+    ],
+)
 def test_login_never_redirects_off_site(client, tokens, next_url):
     r = client.post("/login", data={"token": tokens["alice"], "next": next_url})
     assert r.headers["Location"] == "/"
@@ -93,16 +105,18 @@ def test_login_with_a_bad_token_is_a_401_and_sets_no_session(client, token):
     assert client.get("/api/me").status_code == 401
 
 
-@pytest.mark.parametrize("header", [{"Origin": "https://evil.example"}, {"Origin": "null"},
-                                    {"Referer": "https://evil.example/page"}])
+@pytest.mark.parametrize(
+    "header", [{"Origin": "https://evil.example"}, {"Origin": "null"}, {"Referer": "https://evil.example/page"}]
+)
 def test_a_cross_origin_login_is_refused(client, tokens, header):
     r = login(client, tokens["alice"], **header)
     assert (r.status_code, code(r)) == (403, "csrf_failed")
     assert client.get("/api/me").status_code == 401
 
 
-@pytest.mark.parametrize("body", [b"[" * 100_000, b"{", b"[1]", b'{"token": 5}', b"",
-                                  b'{"token": "\\ud800gl_abcdefgh"}'])
+@pytest.mark.parametrize(
+    "body", [b"[" * 100_000, b"{", b"[1]", b'{"token": 5}', b"", b'{"token": "\\ud800gl_abcdefgh"}']
+)
 def test_a_login_with_a_malformed_json_body_is_a_4xx(client, body):
     r = client.post("/login", data=body, content_type="application/json")
     assert r.status_code in (400, 401) and code(r) in ("invalid", "unauthorized")
@@ -157,9 +171,9 @@ def test_every_page_logs_out_with_a_post_form_and_nothing_links_to_logout(browse
 
     page = browser.get("/").get_data(as_text=True)
     assert 'href="/logout"' not in page
-    form = page[page.index('<form class="logout"'):]
+    form = page[page.index('<form class="logout"') :]
     assert form.startswith('<form class="logout" method="post" action="/logout">')
-    assert f'name="csrf_token" value="{browser.csrf}"' in form[:form.index("</form>")]
+    assert f'name="csrf_token" value="{browser.csrf}"' in form[: form.index("</form>")]
     for path in [*(ROOT / "web" / "templates").iterdir(), *(ROOT / "web" / "static").iterdir()]:
         text = path.read_text()
         assert "href=\"{{ url_for('auth.logout') }}\"" not in text and "'/logout'" not in text, path
@@ -281,8 +295,9 @@ def test_a_login_link_opens_a_confirmation_page_and_a_get_uses_nothing(app, brow
     assert engine.users.login_code_user(code).name == "mallory"  # and the code is not used
 
 
-@pytest.mark.parametrize("header", [{"Origin": "https://evil.example"}, {"Referer": "https://evil.example/x"},
-                                    {"Origin": "null"}])
+@pytest.mark.parametrize(
+    "header", [{"Origin": "https://evil.example"}, {"Referer": "https://evil.example/x"}, {"Origin": "null"}]
+)
 def test_a_cross_origin_redeem_of_a_login_link_is_refused(browser, engine, header):
     engine.users.add("mallory")
     code = engine.users.login_code("mallory", ttl=60)
@@ -340,7 +355,6 @@ def test_a_token_missing_from_its_users_record_is_refused_and_revoked_with_them(
     assert engine.users.authenticate(orphan) is None
     assert engine.users.revoke("dave")
     assert engine.redis.hget(engine.keys.tokens(), token_digest(orphan)) is None
-
 
 
 def test_after_logout_a_copy_of_the_session_cookie_no_longer_works(app, tokens):

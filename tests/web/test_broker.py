@@ -1,4 +1,5 @@
 """The SSE broker (web/broker.py): one reader thread fanning out to bounded buffers."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,12 @@ def test_a_subscriber_gets_only_the_events_its_filter_accepts(engine):
         engine.submit("render", {"prompt": "b"}, owner="bob")
         task = engine.submit("render", {"prompt": "a"}, owner="alice")
         event = wait_until(lambda: mine.next(0.05), what="alice's event")
-        assert (event["task_id"], event["kind"], event["to"], event["queue"]) == \
-            (task.id, "transition", "PENDING", "images")
+        assert (event["task_id"], event["kind"], event["to"], event["queue"]) == (
+            task.id,
+            "transition",
+            "PENDING",
+            "images",
+        )
         assert mine.next(0.05) is None
     finally:
         broker.close()
@@ -27,8 +32,9 @@ def test_the_reader_notices_queues_created_after_it_started(engine):
         sub = broker.subscribe(lambda ev: True)
         wait_until(lambda: broker.positions, what="the reader to start")
         engine.redis.sadd(engine.keys.queues(), "late")
-        engine.redis.xadd(engine.keys.queue_key("late", "events"), {"id": "late.x", "kind": "transition",
-                                                                    "owner": "a", "at": "1"})
+        engine.redis.xadd(
+            engine.keys.queue_key("late", "events"), {"id": "late.x", "kind": "transition", "owner": "a", "at": "1"}
+        )
         event = wait_until(lambda: sub.next(0.05), what="the late queue's event")
         assert (event["queue"], event["task_id"]) == ("late", "late.x")
     finally:

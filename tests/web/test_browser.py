@@ -8,6 +8,7 @@ Screenshots of both pages go to /tmp for a human (or a reviewing agent) to look 
 Never ``playwright install``: pip's playwright brings the driver, Debian brings the browser.
 Skips loudly without chromium or playwright, and fails instead when REQUIRE_REAL_REDIS=1.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,16 @@ from ghostless.web import close_app, create_app
 from tests.conftest import REQUIRE_REAL, register_test_types
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-default-apps", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-default-apps",
+    "--disable-sync",
+]
 SHOTS = {"dashboard": "/tmp/ghostless-dashboard.png", "task": "/tmp/ghostless-task.png"}
 WAIT_MS = 10_000
 
@@ -51,8 +60,15 @@ def site(redis_server):
     client.flushall()
     engine = register_test_types(Engine(client, namespace="tb", dispatcher=None))
     token = engine.users.add("alice")
-    app = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "browser-test", "GHOSTLESS_DASHBOARD_CACHE": 0,
-                      "GHOSTLESS_BROKER_BLOCK_MS": 100, "GHOSTLESS_SSE_KEEPALIVE": 1.0})
+    app = create_app(
+        {
+            "GHOSTLESS_ENGINE": engine,
+            "SECRET_KEY": "browser-test",
+            "GHOSTLESS_DASHBOARD_CACHE": 0,
+            "GHOSTLESS_BROKER_BLOCK_MS": 100,
+            "GHOSTLESS_SSE_KEEPALIVE": 1.0,
+        }
+    )
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="browser-test-web", daemon=True)
     thread.start()

@@ -1,6 +1,7 @@
 """/readyz and /metrics of a web process that saw Redis lose its data (restarted without
 persistence): a 503 with a JSON reason and a gauge at 1, while /healthz still says the process
 is up."""
+
 import pytest
 
 from ghostless import Engine

@@ -1,4 +1,5 @@
 """No input produces a 5xx: Hypothesis-fuzzed bodies, headers, ids and query strings."""
+
 from __future__ import annotations
 
 import json
@@ -12,24 +13,40 @@ from ghostless import State
 from .helpers import task_in
 
 # FUZZ_N=1000 for a deeper search; fixtures are shared by a test's examples (nothing here needs them fresh)
-FUZZ = settings(max_examples=int(os.environ.get("FUZZ_N", "50")), deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=int(os.environ.get("FUZZ_N", "50")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True)
+    | st.text(max_size=20)
     | st.text(st.characters(categories=("Cs", "Ll", "Nd")), max_size=6),  # lone surrogates, as JSON allows
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=12)
-submit_bodies = st.fixed_dictionaries({}, optional={
-    "type": st.sampled_from(["render", "quick", "brief", "nope", ""]) | json_values,
-    "args": json_values | st.dictionaries(st.text(max_size=10), json_values, max_size=4),
-    "idempotency_key": st.text(max_size=30) | json_values,
-    "priority": st.integers() | json_values,
-    "delay": st.floats(allow_nan=True) | json_values,
-}) | st.dictionaries(st.text(max_size=10), json_values, max_size=4) | json_values
+    max_leaves=12,
+)
+submit_bodies = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "type": st.sampled_from(["render", "quick", "brief", "nope", ""]) | json_values,
+            "args": json_values | st.dictionaries(st.text(max_size=10), json_values, max_size=4),
+            "idempotency_key": st.text(max_size=30) | json_values,
+            "priority": st.integers() | json_values,
+            "delay": st.floats(allow_nan=True) | json_values,
+        },
+    )
+    | st.dictionaries(st.text(max_size=10), json_values, max_size=4)
+    | json_values
+)
 header_text = st.text(st.characters(min_codepoint=32, max_codepoint=255, exclude_characters="\x7f"), max_size=60)
-path_ids = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="/?#%"), min_size=1,
-                   max_size=40) | st.sampled_from(["images.0123456789abcdef0123", "..", "images.", "a" * 300])
+path_ids = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters="/?#%"), min_size=1, max_size=40
+) | st.sampled_from(["images.0123456789abcdef0123", "..", "images.", "a" * 300])
 
 
 @pytest.fixture
@@ -52,16 +69,20 @@ def assert_no_5xx(response):
 @FUZZ
 @given(body=submit_bodies)
 def test_fuzzed_submit_bodies_never_cause_a_5xx(client, auth, body):
-    r = client.post("/api/tasks", data=json.dumps(body, allow_nan=True), content_type="application/json",
-                    headers=auth["alice"])
+    r = client.post(
+        "/api/tasks", data=json.dumps(body, allow_nan=True), content_type="application/json", headers=auth["alice"]
+    )
     assert_no_5xx(r)
     assert r.status_code in (200, 201, 400, 409)
 
 
 @FUZZ
-@given(data=st.binary(max_size=300) | st.sampled_from([b"[" * 100_000, b'{"a":' * 50_000]),
-       content_type=st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded",
-                                     "multipart/form-data", ""]))
+@given(
+    data=st.binary(max_size=300) | st.sampled_from([b"[" * 100_000, b'{"a":' * 50_000]),
+    content_type=st.sampled_from(
+        ["application/json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data", ""]
+    ),
+)
 def test_fuzzed_raw_bodies_never_cause_a_5xx(client, auth, data, content_type):
     for url in ("/api/tasks", "/api/tasks/images.0123456789abcdef0123/edit", "/login"):
         assert_no_5xx(client.post(url, data=data, content_type=content_type, headers=auth["alice"]))
@@ -83,12 +104,15 @@ def test_fuzzed_task_ids_never_cause_a_5xx(client, auth, task_id, body):
 
 
 @FUZZ
-@given(authorization=header_text, last_event_id=header_text, csrf=header_text, origin=header_text,
-       cookie=header_text)
-def test_fuzzed_headers_never_cause_a_5xx(client, engine, auth, authorization, last_event_id, csrf, origin,
-                                         cookie):
-    headers = {"Authorization": authorization, "Last-Event-ID": last_event_id, "X-CSRF-Token": csrf,
-               "Origin": origin, "Cookie": f"ghostless_session={cookie}"}
+@given(authorization=header_text, last_event_id=header_text, csrf=header_text, origin=header_text, cookie=header_text)
+def test_fuzzed_headers_never_cause_a_5xx(client, engine, auth, authorization, last_event_id, csrf, origin, cookie):
+    headers = {
+        "Authorization": authorization,
+        "Last-Event-ID": last_event_id,
+        "X-CSRF-Token": csrf,
+        "Origin": origin,
+        "Cookie": f"ghostless_session={cookie}",
+    }
     assert_no_5xx(client.get("/api/tasks", headers=headers))
     assert_no_5xx(client.post("/api/tasks", json={"type": "render", "args": {}}, headers=headers))
     assert_no_5xx(client.post("/login", data={"token": authorization}, headers=headers))
@@ -97,10 +121,14 @@ def test_fuzzed_headers_never_cause_a_5xx(client, engine, auth, authorization, l
 
 
 @FUZZ
-@given(query=st.dictionaries(st.sampled_from(["status", "type", "queue", "limit", "cursor", "owner", "version",
-                                              "minutes", "last_event_id"]),
-                             st.text(max_size=30) | st.integers().map(str), max_size=5),
-       wait=st.sampled_from([None, "", "x", "-1", "nan", "-inf", "0", "0.01", "1e-300", "²"]))
+@given(
+    query=st.dictionaries(
+        st.sampled_from(["status", "type", "queue", "limit", "cursor", "owner", "version", "minutes", "last_event_id"]),
+        st.text(max_size=30) | st.integers().map(str),
+        max_size=5,
+    ),
+    wait=st.sampled_from([None, "", "x", "-1", "nan", "-inf", "0", "0.01", "1e-300", "²"]),
+)
 def test_fuzzed_query_strings_never_cause_a_5xx(client, auth, alices_task, query, wait):
     if wait is not None:  # long waits are fine but slow: the capped wait has its own test
         query["wait"] = wait
@@ -114,8 +142,9 @@ def test_fuzzed_query_strings_never_cause_a_5xx(client, auth, alices_task, query
 @given(last_event_id=header_text)
 def test_fuzzed_last_event_ids_never_break_a_task_stream(client, engine, auth, state, last_event_id):
     task = task_in(engine, state)
-    r = client.get(f"/api/tasks/{task.id}/events", headers={**auth["alice"], "Last-Event-ID": last_event_id},
-                   buffered=False)
+    r = client.get(
+        f"/api/tasks/{task.id}/events", headers={**auth["alice"], "Last-Event-ID": last_event_id}, buffered=False
+    )
     assert r.status_code == 200
     chunks = iter(r.response)
     assert next(chunks).startswith(b"retry:")

@@ -1,6 +1,7 @@
 """Every endpoint as {nobody, another user, the owner, an admin}: the expected status, and no
 trace of another user's task in any answer, list or stream (a foreign task is a 404 exactly
 like a missing one, and changes nothing)."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,8 +32,9 @@ def _call(client, method, url, headers, body):
 
 
 @pytest.mark.parametrize("caller", list(OWNER_OK))
-@pytest.mark.parametrize("method, path, state, body, ok", TASK_ENDPOINTS,
-                         ids=[f"{m} {p}" for m, p, *_ in TASK_ENDPOINTS])
+@pytest.mark.parametrize(
+    "method, path, state, body, ok", TASK_ENDPOINTS, ids=[f"{m} {p}" for m, p, *_ in TASK_ENDPOINTS]
+)
 def test_task_endpoint_answers_by_caller(client, engine, auth, caller, method, path, state, body, ok):
     task = task_in(engine, state)
     before = snapshot(engine, task.id)

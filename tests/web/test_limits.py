@@ -1,4 +1,5 @@
 """Per-address limits on failed logins, login links and bearer checks (web/limits.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -120,8 +121,7 @@ def test_a_limit_of_0_turns_it_off(make_app):
     app = make_app(GHOSTLESS_LOGIN_LIMIT=0, GHOSTLESS_BEARER_LIMIT=0)
     caller = client_at(app, "203.0.113.7")
     assert set(fail_logins(caller, 15)) == {401}
-    assert {caller.get("/api/me", headers={"Authorization": f"Bearer {WRONG}"}).status_code
-            for _ in range(35)} == {401}
+    assert {caller.get("/api/me", headers={"Authorization": f"Bearer {WRONG}"}).status_code for _ in range(35)} == {401}
 
 
 def test_limits_come_from_the_environment(make_app, monkeypatch):
@@ -132,8 +132,15 @@ def test_limits_come_from_the_environment(make_app, monkeypatch):
     assert fail_logins(client_at(app, "203.0.113.7"), 2) == [401, 429]
 
 
-@pytest.mark.parametrize("setting", [{"GHOSTLESS_LOGIN_LIMIT": "ten"}, {"GHOSTLESS_BEARER_WINDOW": -1},
-                                     {"GHOSTLESS_LOGIN_WINDOW": float("nan")}, {"GHOSTLESS_PROXIES": "1.5"}])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"GHOSTLESS_LOGIN_LIMIT": "ten"},
+        {"GHOSTLESS_BEARER_WINDOW": -1},
+        {"GHOSTLESS_LOGIN_WINDOW": float("nan")},
+        {"GHOSTLESS_PROXIES": "1.5"},
+    ],
+)
 def test_a_bad_limit_setting_is_refused_when_the_app_is_made(engine, setting):
     from ghostless.web import create_app
 

@@ -1,4 +1,5 @@
 """``/metrics`` (web/metrics.py): who may scrape it, and every family's values against the engine."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,11 @@ def scrape(client, headers) -> dict:
     r = client.get("/metrics", headers=headers)
     assert r.status_code == 200, r.get_data(as_text=True)
     assert r.content_type.startswith("text/plain; version=")
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(r.get_data(as_text=True)) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(r.get_data(as_text=True))
+        for s in family.samples
+    }
 
 
 def value(samples: dict, name: str, **labels) -> float:
@@ -53,8 +57,7 @@ def test_counts_transitions_and_failures_match_the_engine(client, engine, auth):
     for queue, st in stats.items():
         for state in State:
             assert value(m, "ghostless_tasks", queue=queue, state=state.value) == st["counts"][state.value]
-            assert value(m, "ghostless_transitions_total", queue=queue, state=state.value) == \
-                st["entered"][state.value]
+            assert value(m, "ghostless_transitions_total", queue=queue, state=state.value) == st["entered"][state.value]
     assert value(m, "ghostless_tasks", queue="images", state="SUCCESS") == 2
     assert value(m, "ghostless_transitions_total", queue="images", state="PROCESSING") == 4
     assert value(m, "ghostless_failures_total", queue="images", error_kind="boom") == 2
@@ -66,11 +69,13 @@ def test_time_in_state_is_a_summary_of_seconds(client, engine, auth):
     m = scrape(client, auth["root"])
     assert value(m, "ghostless_time_in_state_seconds_count", queue="images", state="PROCESSING") == 1
     spent = engine.get(task.id).finished_at - engine.get(task.id).started_at
-    assert value(m, "ghostless_time_in_state_seconds_sum", queue="images", state="PROCESSING") == \
-        pytest.approx(spent, abs=0.002)
+    assert value(m, "ghostless_time_in_state_seconds_sum", queue="images", state="PROCESSING") == pytest.approx(
+        spent, abs=0.002
+    )
     mean = engine.stats()["images"]["time_in_state"]["PENDING"]
-    assert value(m, "ghostless_time_in_state_seconds_sum", queue="images", state="PENDING") / \
-        value(m, "ghostless_time_in_state_seconds_count", queue="images", state="PENDING") == pytest.approx(mean)
+    assert value(m, "ghostless_time_in_state_seconds_sum", queue="images", state="PENDING") / value(
+        m, "ghostless_time_in_state_seconds_count", queue="images", state="PENDING"
+    ) == pytest.approx(mean)
 
 
 def test_stale_refusals_and_what_the_sweeper_recorded_are_counted(client, engine, auth):
@@ -88,8 +93,12 @@ def test_stale_refusals_and_what_the_sweeper_recorded_are_counted(client, engine
 
 
 def test_breaker_state_is_0_closed_1_half_open_2_open(client, engine, auth):
-    @engine.task(name="call_model", queue="models", upstream="model-api",
-                 breaker=Breaker(threshold=0.5, min_calls=1, window=60, cooldown=0.05))
+    @engine.task(
+        name="call_model",
+        queue="models",
+        upstream="model-api",
+        breaker=Breaker(threshold=0.5, min_calls=1, window=60, cooldown=0.05),
+    )
     def call_model(ctx):  # pragma: no cover - never run
         return None
 

@@ -3,6 +3,7 @@
 Rendered for the owner and an admin; another user's task is a 404 page and appears in no
 list or panel; the words on the task page say what a person needs to know.
 """
+
 from __future__ import annotations
 
 import re
@@ -130,8 +131,10 @@ def test_the_task_list_filters_and_pages_with_a_cursor(client, engine, auth):
     assert {t for t in ids if t in rest} == set(ids) - first and 'rel="next"' not in rest
 
 
-@pytest.mark.parametrize("query", ["?status=NOPE", "?cursor=garbage", "?limit=0", "?limit=%C2%B2",
-                                   "?cursor=%C2%B2.images.0123456789abcdef0123"])
+@pytest.mark.parametrize(
+    "query",
+    ["?status=NOPE", "?cursor=garbage", "?limit=0", "?limit=%C2%B2", "?cursor=%C2%B2.images.0123456789abcdef0123"],
+)
 def test_bad_list_filters_are_a_400_page(client, auth, query):
     assert "Bad request" in page(client, "/tasks" + query, auth["alice"], status=400)
 
@@ -210,8 +213,21 @@ def test_a_task_in_a_draining_queue_says_the_queue_is_paused(client, engine, aut
     assert "queue is paused" in text(page(client, f"/tasks/{task.id}", auth["alice"]))
 
 
-@pytest.mark.parametrize("n, words", [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
-                                      (13, "13th"), (21, "21st"), (102, "102nd"), (111, "111th")])
+@pytest.mark.parametrize(
+    "n, words",
+    [
+        (1, "1st"),
+        (2, "2nd"),
+        (3, "3rd"),
+        (4, "4th"),
+        (11, "11th"),
+        (12, "12th"),
+        (13, "13th"),
+        (21, "21st"),
+        (102, "102nd"),
+        (111, "111th"),
+    ],
+)
 def test_places_in_line_read_as_ordinals(n, words):
     from ghostless.web.friendly import ordinal
 
@@ -228,8 +244,15 @@ def test_no_page_shows_a_bidi_control_character_from_a_tasks_text(client, engine
     engine.progress(lease, 0.5, reversing)
     cancelled = task_in(engine, State.PENDING)
     engine.cancel(cancelled.id, by="alice", reason=reversing)
-    for url in ("/", "/dashboard/live", "/tasks", f"/tasks/{running.id}", f"/tasks/{running.id}/panel",
-                f"/tasks/{cancelled.id}", f"/tasks/{cancelled.id}/panel"):
+    for url in (
+        "/",
+        "/dashboard/live",
+        "/tasks",
+        f"/tasks/{running.id}",
+        f"/tasks/{running.id}/panel",
+        f"/tasks/{cancelled.id}",
+        f"/tasks/{cancelled.id}/panel",
+    ):
         html = page(client, url, auth["alice"])
         assert not set(BIDI_CONTROLS) & set(html), url
     assert "gpj.exe.photo" in page(client, f"/tasks/{cancelled.id}", auth["alice"])  # the text itself stays

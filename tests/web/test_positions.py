@@ -1,4 +1,5 @@
 """Composite feed positions (web/positions.py): parse, print, resume."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,11 +8,11 @@ from hypothesis import given, settings, strategies as st
 from ghostless.web.positions import Positions
 
 queue = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
-stream_id = st.tuples(st.integers(0, 2 ** 63), st.integers(0, 2 ** 63)).map(lambda t: f"{t[0]}-{t[1]}")
+stream_id = st.tuples(st.integers(0, 2**63), st.integers(0, 2**63)).map(lambda t: f"{t[0]}-{t[1]}")
 
 
 @settings(max_examples=50)
-@given(st.integers(0, 2 ** 62), st.dictionaries(queue, stream_id, max_size=5))
+@given(st.integers(0, 2**62), st.dictionaries(queue, stream_id, max_size=5))
 def test_a_position_prints_and_parses_back_to_itself(base, queues):
     position = Positions(base, queues)
     again = Positions.parse(str(position))
@@ -32,9 +33,28 @@ def test_advancing_lists_the_queue():
     assert str(p) == "5,images:7-0"
 
 
-@pytest.mark.parametrize("text", [None, "", "abc", "-5", "5,", "5,images", "5,images:", "5,images:x-1",
-                                  "5,ima ges:1-0", "5,images:1-0,images:2-0", "5;images:1-0",
-                                  "1" * 20, "²", "5,images:²-0", "5\n", "5,images\n:1-0", "5,images:1-0\n",
-                                  "5," + ",".join(f"q{i}:1-0" for i in range(1001))])
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "",
+        "abc",
+        "-5",
+        "5,",
+        "5,images",
+        "5,images:",
+        "5,images:x-1",
+        "5,ima ges:1-0",
+        "5,images:1-0,images:2-0",
+        "5;images:1-0",
+        "1" * 20,
+        "²",
+        "5,images:²-0",
+        "5\n",
+        "5,images\n:1-0",
+        "5,images:1-0\n",
+        "5," + ",".join(f"q{i}:1-0" for i in range(1001)),
+    ],
+)
 def test_anything_else_is_not_a_position(text):
     assert Positions.parse(text) is None

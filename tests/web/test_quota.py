@@ -1,5 +1,6 @@
 """Web users submit under a quota (web/quotas.py): 429 with Retry-After past it; defaults on, per-user
 overrides from the user's record; internal task types and ill-fitting args are refused."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,9 @@ from ghostless.core.quota import WEB_DEFAULT, Quota
 
 
 def submit(client, headers, args=None, type="render"):
-    return client.post("/api/tasks", json={"type": type, "args": {"prompt": "a cat"} if args is None else args},
-                       headers=headers)
+    return client.post(
+        "/api/tasks", json={"type": type, "args": {"prompt": "a cat"} if args is None else args}, headers=headers
+    )
 
 
 def error(r) -> str:
@@ -75,8 +77,9 @@ def test_a_bad_quota_setting_stops_the_app_from_starting(make_app):
 def test_the_delivery_type_is_an_unknown_type_to_web_users(engine, make_app, auth):
     engine.enable_notifications("s3cret-for-tests-0123456789")
     client = make_app().test_client()
-    r = submit(client, auth["alice"], {"url": "http://127.0.0.1:9/", "event": {"event": "terminal"}},
-               type="ghostless.notify")
+    r = submit(
+        client, auth["alice"], {"url": "http://127.0.0.1:9/", "event": {"event": "terminal"}}, type="ghostless.notify"
+    )
     assert (r.status_code, error(r)) == (400, "unknown_task_type")
     assert engine.list_tasks("alice")[0] == []
 

@@ -1,5 +1,6 @@
 """The API on a full Redis (maxmemory reached under noeviction): a refused write is a 503 with a
 JSON body and Retry-After, never a 500."""
+
 import pytest
 
 from ghostless import Engine

@@ -1,4 +1,5 @@
 """The SSE message formatter (web/sse.py format_event, format_comment), on its own."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,16 @@ from ghostless.web.sse import format_comment, format_event
 
 
 def test_an_event_has_its_id_name_and_json_data_and_ends_with_a_blank_line():
-    assert format_event("1700000000000-0", "transition", {"to": "SUCCESS"}) == \
-        'id: 1700000000000-0\nevent: transition\ndata: {"to":"SUCCESS"}\n\n'
+    assert (
+        format_event("1700000000000-0", "transition", {"to": "SUCCESS"})
+        == 'id: 1700000000000-0\nevent: transition\ndata: {"to":"SUCCESS"}\n\n'
+    )
 
 
 def test_json_data_stays_on_one_line_even_with_newlines_in_strings():
     text = format_event(data={"message": "line 1\nline 2\r\n"})
     assert text.count("\n") == 2
-    assert json.loads(text[len("data: "):]) == {"message": "line 1\nline 2\r\n"}
+    assert json.loads(text[len("data: ") :]) == {"message": "line 1\nline 2\r\n"}
 
 
 def test_string_data_with_newlines_becomes_one_data_line_per_line():

@@ -2,6 +2,7 @@
 after its credential is gone, whatever its keep-alive interval; streams and long-polls are
 capped per user and per process, refused so that clients come back later, and give their
 slot back however they end."""
+
 from __future__ import annotations
 
 import threading
@@ -27,7 +28,8 @@ def held(app):
 @pytest.mark.parametrize("how", ["revoke", "logout"])
 @pytest.mark.parametrize("path", ["/api/events", "/api/tasks/{id}/events"])
 def test_an_idle_stream_ends_within_the_credential_check_after_a_revocation_or_logout(
-        make_app, engine, tokens, path, how):
+    make_app, engine, tokens, path, how
+):
     app = make_app(GHOSTLESS_SSE_KEEPALIVE=15.0)  # the default: before, the check waited for this tick
     task = task_in(engine, State.PROCESSING)
     browser = app.test_client()
@@ -107,8 +109,9 @@ def test_a_long_poll_past_the_users_cap_is_answered_at_once_with_429_and_retry_a
     client = app.test_client()
     task = task_in(engine, State.PENDING)
     answers = []
-    waiting = threading.Thread(target=lambda: answers.append(
-        client.get(f"/api/tasks/{task.id}?wait=5", headers=auth["alice"])))
+    waiting = threading.Thread(
+        target=lambda: answers.append(client.get(f"/api/tasks/{task.id}?wait=5", headers=auth["alice"]))
+    )
     waiting.start()
     wait_until(lambda: held(app).count(LONGPOLL, "alice") == 1, what="the first long-poll waiting")
     refused = client.get(f"/api/tasks/{task.id}?wait=5", headers=auth["alice"])

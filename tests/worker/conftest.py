@@ -6,6 +6,7 @@ The test process builds its own Engine on the private server and registers the t
 types of tests.apps.basic on it (``basic.register``): it submits and reads tasks, while
 the worker processes import the same types with ``--app tests.apps.basic:engine``.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,9 @@ class Processes:
         self.started: list[Proc] = []
         self._names = 0
 
-    def worker(self, worker_class: str = "fork", app: str = "tests.apps.basic:engine",
-               name: str | None = None, **env: str) -> Proc:
+    def worker(
+        self, worker_class: str = "fork", app: str = "tests.apps.basic:engine", name: str | None = None, **env: str
+    ) -> Proc:
         if name is None:
             self._names += 1
             name = f"w{self._names}-{worker_class}"
@@ -108,8 +110,10 @@ def procs(env, request):
     made = Processes(env)
     yield made
     made.stop_all()
-    failed = any(getattr(request.node, f"rep_{when}", None) is not None
-                 and getattr(request.node, f"rep_{when}").failed for when in ("setup", "call"))
+    failed = any(
+        getattr(request.node, f"rep_{when}", None) is not None and getattr(request.node, f"rep_{when}").failed
+        for when in ("setup", "call")
+    )
     if failed:
         print(made.dump())
     for proc in made.started:

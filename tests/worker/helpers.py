@@ -1,4 +1,5 @@
 """Helpers of the execution tests: reading what tasks did, waiting for states."""
+
 from __future__ import annotations
 
 import json
@@ -29,21 +30,28 @@ def logged(engine: Engine, task_id: str, what: str) -> list[str]:
 
 
 def wait_logged(engine: Engine, task_id: str, what: str, timeout: float = 10.0, count: int = 1) -> list[str]:
-    return wait_until(lambda: len(logged(engine, task_id, what)) >= count and logged(engine, task_id, what),
-                      timeout, what=f"{what!r} x{count} in the side-effect log of {task_id}")
+    return wait_until(
+        lambda: len(logged(engine, task_id, what)) >= count and logged(engine, task_id, what),
+        timeout,
+        what=f"{what!r} x{count} in the side-effect log of {task_id}",
+    )
 
 
 def wait_status(engine: Engine, task_id: str, *states: State, timeout: float = 15.0):
     """Wait until the task is in one of ``states``; returns the Task."""
+
     def reached():
         task = engine.get(task_id)
         return task if task is not None and task.status in states else None
+
     try:
         return wait_until(reached, timeout, what=f"{task_id} in {[s.value for s in states]}")
     except AssertionError:
         task = engine.get(task_id)
-        raise AssertionError(f"{task_id} is {task.status.value if task else 'gone'}, waited for "
-                             f"{[s.value for s in states]}; history: {verbs(engine, task_id)}") from None
+        raise AssertionError(
+            f"{task_id} is {task.status.value if task else 'gone'}, waited for "
+            f"{[s.value for s in states]}; history: {verbs(engine, task_id)}"
+        ) from None
 
 
 def wait_terminal(engine: Engine, task_id: str, timeout: float = 15.0):
@@ -86,4 +94,3 @@ def horse_of(worker: Proc, timeout: float = 10.0) -> int:
 def raw_result(engine: Engine, task_id: str):
     raw = engine.redis.get(engine.keys.task(task_id).result)
     return None if raw is None else json.loads(raw)
-

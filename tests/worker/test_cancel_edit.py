@@ -1,5 +1,6 @@
 """Cancel and edit of running tasks: the function stops (cooperatively or by force), its late
 outcome is refused, and an edit's replacement runs with the new arguments."""
+
 import os
 
 import pytest
@@ -41,8 +42,11 @@ def test_cancel_of_a_running_task_stops_its_function_at_the_next_heartbeat(engin
     assert server_now(engine) - _cancel_at(engine, task.id) < BEAT + GRACE
     assert noticed[0].startswith("1:")
     # the function returned a result: not reported, since the task was cancelled
-    wait_until(lambda: "stopping" in worker.output() or "not reporting" in worker.output(), 5,
-               what="the runner's decision in the worker log")
+    wait_until(
+        lambda: "stopping" in worker.output() or "not reporting" in worker.output(),
+        5,
+        what="the runner's decision in the worker log",
+    )
     task = engine.get(task.id)
     assert (task.status, task.result, task.error_kind) == (State.CANCELLED, None, "cancelled")
     assert transitions(engine, task.id)[-1] == f"cancel:PROCESSING->CANCELLED:cancelled by {OWNER}"
@@ -68,8 +72,7 @@ def test_cancel_of_a_task_that_ignores_it_stops_the_function_by_force(engine, pr
         wait_until(lambda: not os.path.exists(f"/proc/{horse}"), 5, what="the work-horse gone")
     task = engine.get(task.id)
     assert (task.status, task.result) == (State.CANCELLED, None)
-    assert [e.split(":")[1] for e in logged(engine, task.id, "start") + logged(engine, task.id, "done")] == [
-        "start"]
+    assert [e.split(":")[1] for e in logged(engine, task.id, "start") + logged(engine, task.id, "done")] == ["start"]
     assert logged(engine, task.id, "noticed-cancel") == []
     assert worker.alive()
     assert engine.check() == []
@@ -88,8 +91,9 @@ def test_late_completion_of_a_cancelled_task_is_refused(engine, procs):
     engine.redis.set(gate_key(task.id), 1)
 
     wait_logged(engine, task.id, "done")
-    stale = wait_until(lambda: [e for e in engine.history(task.id) if e.kind == "stale"], 5,
-                       what="the refused completion")
+    stale = wait_until(
+        lambda: [e for e in engine.history(task.id) if e.kind == "stale"], 5, what="the refused completion"
+    )
     assert (stale[0].verb, str(stale[0].extra["token"])) == ("complete", "1")
     assert engine.stats()["work"]["stale_rejections"] == 1
     task = engine.get(task.id)
@@ -108,14 +112,22 @@ def test_edit_of_a_running_task_cancels_it_and_runs_the_replacement(engine, proc
 
     done = wait_terminal(engine, new.id)
     assert (done.status, done.args, done.result["slept"], done.supersedes, done.worker) == (
-        State.SUCCESS, {"seconds": 0.2}, 0.2, old.id, worker.name)
+        State.SUCCESS,
+        {"seconds": 0.2},
+        0.2,
+        old.id,
+        worker.name,
+    )
     wait_logged(engine, old.id, "noticed-cancel")
     old_task = engine.get(old.id)
     assert (old_task.status, old_task.superseded_by, old_task.result) == (State.CANCELLED, new.id, None)
     assert old_task.args == {"seconds": 30}
     assert transitions(engine, old.id)[-1].startswith("edit:PROCESSING->CANCELLED")
     assert transitions(engine, new.id) == [
-        f"submit:->PENDING:edit of {old.id}", "dispatch:PENDING->QUEUED", "claim:QUEUED->PROCESSING",
-        "complete:PROCESSING->SUCCESS"]
+        f"submit:->PENDING:edit of {old.id}",
+        "dispatch:PENDING->QUEUED",
+        "claim:QUEUED->PROCESSING",
+        "complete:PROCESSING->SUCCESS",
+    ]
     assert [e.split(":")[:2] for e in logged(engine, new.id, "done")] == [["1", "done"]]
     assert engine.check() == []

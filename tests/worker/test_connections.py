@@ -1,5 +1,6 @@
 """What a fork worker costs Redis per job: one new connection per work-horse (RQ's commands in
 the horse share the engine's pool), and no package-metadata lookup per connection."""
+
 import pytest
 import redis
 

@@ -1,5 +1,6 @@
 """Real worker and sweeper processes notice a Redis restarted without persistence (all data gone):
 each logs an error instead of carrying on as if an empty Redis were healthy (engine/core/epoch.py)."""
+
 import pytest
 
 from tests.support.wait import wait_until
@@ -18,10 +19,14 @@ def test_a_worker_and_a_sweeper_log_an_error_when_redis_loses_its_data(engine, p
     sweeper = procs.sweeper()
     marker = engine.keys.data_epoch()
     wait_until(lambda: engine.redis.exists(marker), 10, what="the marker written by the first process")
-    wait_until(lambda: "sweeper started" in sweeper.output() and "Listening on" in worker.output(), 20,
-               what="both processes running")
+    wait_until(
+        lambda: "sweeper started" in sweeper.output() and "Listening on" in worker.output(),
+        20,
+        what="both processes running",
+    )
     server.restart()
     for proc in (worker, sweeper):
-        wait_until(lambda: "Redis lost its data: the data epoch marker" in proc.output(), 20,
-                   what=f"{proc.args[3]}'s error")
+        wait_until(
+            lambda: "Redis lost its data: the data epoch marker" in proc.output(), 20, what=f"{proc.args[3]}'s error"
+        )
     assert worker.alive() and sweeper.alive()

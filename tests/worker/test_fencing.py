@@ -1,5 +1,6 @@
 """Fencing with real processes: a worker frozen past its lease loses the task to another
 worker, and when it wakes up its outcome is refused."""
+
 import os
 import signal
 
@@ -31,8 +32,11 @@ def test_a_worker_paused_past_its_lease_is_fenced_off(engine, procs, worker_clas
         os.killpg(pgid, signal.SIGSTOP)
     try:
         # The sweeper reclaims the lease; B takes attempt 2 while A is frozen.
-        wait_until(lambda: "expire:PROCESSING->TIMEOUT:heartbeat_lost" in verbs(engine, task.id), 10,
-                   what="the sweeper's reclaim")
+        wait_until(
+            lambda: "expire:PROCESSING->TIMEOUT:heartbeat_lost" in verbs(engine, task.id),
+            10,
+            what="the sweeper's reclaim",
+        )
         b = procs.worker(worker_class)
         running = wait_status(engine, task.id, State.PROCESSING)
         assert (running.attempt, running.token) == (2, 2)

@@ -1,5 +1,6 @@
 """Tasks run by real RQ workers (fork and simple) on a private redis-server: outcomes, stages,
 progress events, history, retries, permanent errors, bad results and the type allowlist."""
+
 import pytest
 
 from ghostless import State
@@ -25,26 +26,35 @@ def test_render_runs_its_stages_in_order_and_stores_its_result(engine, procs, wo
 
     assert done.status == State.SUCCESS, verbs(engine, task.id)
     assert done.result["url"] == "https://example.invalid/cat.png"
-    assert (done.attempt, done.worker, done.progress, done.error_kind, done.reason) == (
-        1, worker.name, 1.0, "", "")
+    assert (done.attempt, done.worker, done.progress, done.error_kind, done.reason) == (1, worker.name, 1.0, "", "")
     assert [e.split(":")[:2] for e in side_log(engine, task.id)] == [["1", "start"], ["1", "done"]]
     # fork: the function ran in a work-horse, not in the worker process itself
     ran_in = done.result["pid"]
     assert (ran_in != worker.pid) if worker_class == "fork" else (ran_in == worker.pid)
     assert verbs(engine, task.id) == [
-        "submit:->PENDING", "dispatch:PENDING->QUEUED", "claim:QUEUED->PROCESSING",
-        "stage:waiting_for_resource", "stage:generating", "stage:uploading",
-        "complete:PROCESSING->SUCCESS"]
+        "submit:->PENDING",
+        "dispatch:PENDING->QUEUED",
+        "claim:QUEUED->PROCESSING",
+        "stage:waiting_for_resource",
+        "stage:generating",
+        "stage:uploading",
+        "complete:PROCESSING->SUCCESS",
+    ]
     history = engine.history(task.id)
     assert all(e.worker == worker.name for e in history[2:])
     assert [e.at for e in history] == sorted(e.at for e in history)
 
     events = stream_events(engine, task.id)
     assert [e["kind"] for e in events] == ["transition"] * 3 + ["stage"] * 2 + ["progress"] * 3 + [
-        "stage", "transition"]
+        "stage",
+        "transition",
+    ]
     progress = [e for e in events if e["kind"] == "progress"]
     assert [(float(e["progress"]), e["message"], e["stage"]) for e in progress] == [
-        (1 / 3, "step 1/3", "generating"), (2 / 3, "step 2/3", "generating"), (1.0, "step 3/3", "generating")]
+        (1 / 3, "step 1/3", "generating"),
+        (2 / 3, "step 2/3", "generating"),
+        (1.0, "step 3/3", "generating"),
+    ]
     assert [int(e["version"]) for e in events] == sorted(int(e["version"]) for e in events)
     assert engine.check() == []
 
@@ -62,7 +72,8 @@ def test_flaky_task_is_retried_per_its_backoff_then_succeeds(engine, procs):
     fails = [e for e in history if e.verb == "fail"]
     assert [(e.to, e.attempt, e.reason) for e in fails] == [
         ("RETRY_WAITING", 1, "ConnectionError: upstream hiccup on attempt 1"),
-        ("RETRY_WAITING", 2, "ConnectionError: upstream hiccup on attempt 2")]
+        ("RETRY_WAITING", 2, "ConnectionError: upstream hiccup on attempt 2"),
+    ]
     promotes = [e for e in history if e.verb == "promote"]
     # Backoff.fixed([0.2, 0.4]): promoted no earlier than the policy's delay after each failure
     waited = [round(p.at - f.at, 3) for f, p in zip(fails, promotes)]
@@ -79,7 +90,11 @@ def test_permanent_error_fails_for_good_with_its_error_kind(engine, procs):
     done = wait_terminal(engine, task.id)
 
     assert (done.status, done.attempt, done.error_kind, done.reason) == (
-        State.FAILED, 1, "bad_prompt", "prompt rejected by policy")
+        State.FAILED,
+        1,
+        "bad_prompt",
+        "prompt rejected by policy",
+    )
     assert done.result is None
     assert verbs(engine, task.id)[-1] == "fail:PROCESSING->FAILED:bad_prompt: prompt rejected by policy"
     assert len(logged(engine, task.id, "start")) == 1
@@ -105,8 +120,9 @@ def test_a_worker_refuses_a_job_of_a_type_it_does_not_register(engine, procs):
     # The partial worker takes both jobs in order: the render one runs, so the flaky one was seen.
     assert wait_terminal(engine, control.id).status == State.SUCCESS
     assert control_ran_in(engine, control.id) != partial.pid
-    wait_until(lambda: "is not registered in this worker" in partial.output(), 5,
-               what="the refusal in the worker's log")
+    wait_until(
+        lambda: "is not registered in this worker" in partial.output(), 5, what="the refusal in the worker's log"
+    )
 
     task = engine.get(refused.id)
     assert task.status == State.QUEUED and task.attempt == 0  # refused before any claim: not lost, not run

@@ -1,5 +1,6 @@
 """Heartbeat threads: kept for the next attempt of the same process (a simple worker runs
 attempts one after another), never shared while one is still busy."""
+
 import os
 import threading
 

@@ -1,5 +1,6 @@
 """Killed workers: a dead work-horse is reported at once by its parent; a dead worker (parent
 and horse) is reclaimed by the sweeper when its lease lapses."""
+
 import os
 import signal
 
@@ -22,8 +23,11 @@ def test_sigkill_of_the_work_horse_is_reported_at_once_and_the_task_runs_again(e
     os.kill(horse, signal.SIGKILL)
 
     # The parent reports the loss with the lease's token: no lease has to lapse.
-    fail = wait_until(lambda: next((e for e in engine.history(task.id) if e.verb == "fail"), None), 5,
-                      what="the fail reported by the worker's parent")
+    fail = wait_until(
+        lambda: next((e for e in engine.history(task.id) if e.verb == "fail"), None),
+        5,
+        what="the fail reported by the worker's parent",
+    )
     assert (fail.from_, fail.to, fail.attempt, fail.worker) == ("PROCESSING", "RETRY_WAITING", 1, worker.name)
     assert "worker_lost" in fail.reason and "SIGKILL" in fail.reason
     assert fail.at - (int(killed_at[0]) + int(killed_at[1]) / 1e6) < 1.0  # well within the 1.5 s lease
@@ -57,7 +61,9 @@ def test_sigkill_of_the_whole_worker_is_reclaimed_after_its_lease_by_another_wor
     history = engine.history(task.id)
     expire = [e for e in history if e.verb == "expire"]
     assert [(e.from_, e.to, e.reason) for e in expire] == [
-        ("PROCESSING", "TIMEOUT", "heartbeat_lost"), ("TIMEOUT", "RETRY_WAITING", "heartbeat_lost")]
+        ("PROCESSING", "TIMEOUT", "heartbeat_lost"),
+        ("TIMEOUT", "RETRY_WAITING", "heartbeat_lost"),
+    ]
     assert expire[0].worker == first.name
     assert "fail" not in [e.verb for e in history]
     claims = [e for e in history if e.verb == "claim"]

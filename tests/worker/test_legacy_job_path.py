@@ -1,4 +1,5 @@
 """RQ jobs enqueued before the move name engine.runner.run_task; the worker still runs them."""
+
 from rq.utils import import_attribute
 
 import ghostless.execution.worker  # noqa: F401  what a worker process imports before it dequeues

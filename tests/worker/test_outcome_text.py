@@ -1,4 +1,5 @@
 """A failure's message is recorded whatever text the exception carries."""
+
 import os
 
 from ghostless import PermanentError, State

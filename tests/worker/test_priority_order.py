@@ -1,4 +1,5 @@
 """On real RQ lists a saturated worker starts higher priorities first, FIFO within one."""
+
 import pytest
 
 from ghostless import Engine

@@ -1,6 +1,7 @@
 """Redis full (maxmemory reached under the required noeviction policy): writes are refused with
 OOM errors while reads still work. A lease that cannot be renewed must stop the attempt, and the
 sweeper must still be there to reclaim it once memory is freed."""
+
 import pytest
 
 from ghostless import State
@@ -36,8 +37,11 @@ def test_an_attempt_whose_heartbeats_are_refused_is_abandoned(engine, procs):
         # Three refused heartbeats (0.5 s apart), then the function is told to stop: its outcome
         # is never reported. Before, the heartbeat thread died of the first OOM error and the
         # attempt ran on for its 30 s with nobody renewing or watching its lease.
-        wait_until(lambda: "failed (3)" in worker.output() and "not reporting the outcome" in worker.output(),
-                   3 * BEAT + LEASE + 3, what="the attempt abandoned")
+        wait_until(
+            lambda: "failed (3)" in worker.output() and "not reporting the outcome" in worker.output(),
+            3 * BEAT + LEASE + 3,
+            what="the attempt abandoned",
+        )
         # nothing could be written meanwhile (reads work: tests/engine/test_read.py)
         assert engine.redis.hget(engine.keys.task(task.id).task, "status") == b"PROCESSING"
     assert logged(engine, task.id, "done") == []

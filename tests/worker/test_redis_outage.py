@@ -1,5 +1,6 @@
 """Workers ride out a long Redis outage and a full Redis: still alive afterwards, no work-horse
 left without its parent, logging once per change, and running tasks again by themselves."""
+
 import time
 
 import pytest
@@ -48,8 +49,11 @@ def test_a_worker_rides_out_a_long_redis_outage_and_resumes_by_itself(engine, se
     server.kill()
     down_at = time.monotonic()
     try:
-        wait_until(lambda: "stopping it by force (abandoned)" in worker.output(), LEASE * 2 + OUTAGE,
-                   what="the attempt given up while Redis is down")
+        wait_until(
+            lambda: "stopping it by force (abandoned)" in worker.output(),
+            LEASE * 2 + OUTAGE,
+            what="the attempt given up while Redis is down",
+        )
         if horse:
             wait_until(lambda: not running(horse), LEASE * 2, what="the work-horse to end")
         assert worker.alive() and orphans(worker) == []
@@ -66,12 +70,16 @@ def test_a_worker_rides_out_a_full_redis_and_resumes_by_itself(engine, procs, wo
     with RedisFull(engine):
         # Heartbeats refused: the attempt is given up. RQ's own writes are refused meanwhile
         # (its heartbeat every 2 s while it watches a work-horse, its state, its job records).
-        wait_until(lambda: "stopping it by force (abandoned)" in worker.output(), LEASE * 4 + 5,
-                   what="the attempt given up while Redis is full")
+        wait_until(
+            lambda: "stopping it by force (abandoned)" in worker.output(),
+            LEASE * 4 + 5,
+            what="the attempt given up while Redis is full",
+        )
         if horse:
             wait_until(lambda: not running(horse), LEASE * 2, what="the work-horse to end")
-        wait_until(lambda: FAILING in worker.output() or not worker.alive(), 5,
-                   what="the worker to meet a refused write")
+        wait_until(
+            lambda: FAILING in worker.output() or not worker.alive(), 5, what="the worker to meet a refused write"
+        )
         assert worker.alive() and orphans(worker) == []
         # As if the outage had outlived RQ's worker TTL (or a restart had lost the data): DEL and
         # SREM free memory, so a full Redis takes them.

@@ -1,5 +1,6 @@
 """A Redis crash and restart (AOF, fsync always) in the middle of a run: workers and sweeper
 ride it out, and no task is lost."""
+
 import signal
 import time
 
@@ -30,8 +31,7 @@ TASKS = 20
 def test_tasks_survive_a_redis_restart_mid_run(engine, server, procs, outage):
     workers = [procs.worker("fork"), procs.worker("simple")]
     sweeper = procs.sweeper()
-    ids = [engine.submit("render", {"prompt": f"p{i}", "steps": 2, "hold": 0.6}, owner=OWNER).id
-           for i in range(TASKS)]
+    ids = [engine.submit("render", {"prompt": f"p{i}", "steps": 2, "hold": 0.6}, owner=OWNER).id for i in range(TASKS)]
 
     def statuses():
         return [engine.get(i).status for i in ids]
@@ -55,8 +55,9 @@ def test_tasks_survive_a_redis_restart_mid_run(engine, server, procs, outage):
         server.start()
 
     try:
-        wait_until(lambda: all(s == State.SUCCESS for s in statuses()), 60,
-                   what="every task to succeed after the restart")
+        wait_until(
+            lambda: all(s == State.SUCCESS for s in statuses()), 60, what="every task to succeed after the restart"
+        )
     except AssertionError:
         lines = [f"{i} {engine.get(i).status.value} {transitions(engine, i)}" for i in ids]
         raise AssertionError("not all tasks succeeded:\n" + "\n".join(lines)) from None
@@ -95,8 +96,11 @@ def test_an_attempt_is_abandoned_when_redis_hangs_and_rerun_when_it_is_back(engi
         # Heartbeats time out within a third of the lease (their own client), not after RQ's
         # timeout (minutes) or the engine client's (10 s): the attempt is abandoned (stopped, its
         # outcome never reported) within lease + grace, while Redis is still silent.
-        wait_until(lambda: "stopping it by force (abandoned)" in worker.output(), LEASE + LEASE + 5,
-                   what="the attempt abandoned by its heartbeat thread")
+        wait_until(
+            lambda: "stopping it by force (abandoned)" in worker.output(),
+            LEASE + LEASE + 5,
+            what="the attempt abandoned by its heartbeat thread",
+        )
     finally:
         server.proc.send_signal(signal.SIGCONT)
 

@@ -1,5 +1,6 @@
 """Worker shutdown: the first SIGTERM lets the attempt finish within the grace period, then
 releases it (no attempt consumed); a second SIGTERM stops at once and releases."""
+
 import os
 import signal
 import time
@@ -33,8 +34,11 @@ def _exited(proc, timeout: float = 10.0) -> int:
 
 def _wait_warm_shutdown(engine, worker) -> None:
     """Until the worker has handled a first SIGTERM (RQ records it in the worker's hash)."""
-    wait_until(lambda: engine.redis.hget(f"rq:worker:{worker.name}", "shutdown_requested_date"), 5,
-               what="the worker's warm shutdown")
+    wait_until(
+        lambda: engine.redis.hget(f"rq:worker:{worker.name}", "shutdown_requested_date"),
+        5,
+        what="the worker's warm shutdown",
+    )
 
 
 @pytest.mark.parametrize("worker_class", ["fork", "simple"])
@@ -54,8 +58,7 @@ def test_sigterm_lets_a_short_attempt_finish(engine, procs, worker_class):
 
 
 @pytest.mark.parametrize("worker_class", ["fork", "simple"])
-def test_sigterm_releases_a_long_attempt_after_the_grace_and_another_worker_completes_it(
-        engine, procs, worker_class):
+def test_sigterm_releases_a_long_attempt_after_the_grace_and_another_worker_completes_it(engine, procs, worker_class):
     first = procs.worker(worker_class)
     task = engine.submit("gated", {"tag": "long"}, owner=OWNER)
     wait_logged(engine, task.id, "start")
@@ -63,11 +66,16 @@ def test_sigterm_releases_a_long_attempt_after_the_grace_and_another_worker_comp
     sent = server_now(engine)
     first.signal(signal.SIGTERM)
 
-    released = wait_until(lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None),
-                          GRACE + 5, what="the release")
+    released = wait_until(
+        lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None), GRACE + 5, what="the release"
+    )
     assert GRACE - 0.2 <= released.at - sent < GRACE + 2.0
     assert (released.from_, released.to, released.worker, released.reason) == (
-        "PROCESSING", "PENDING", first.name, "worker shutdown")
+        "PROCESSING",
+        "PENDING",
+        first.name,
+        "worker shutdown",
+    )
     assert _exited(first) == 0
     queued = wait_status(engine, task.id, State.PENDING, State.QUEUED)
     assert queued.attempt == 0  # the released attempt is not consumed
@@ -81,9 +89,14 @@ def test_sigterm_releases_a_long_attempt_after_the_grace_and_another_worker_comp
     assert (done.status, done.attempt, done.worker, done.result["tag"]) == (State.SUCCESS, 1, second.name, "long")
     assert [e.split(":")[0] for e in logged(engine, task.id, "start")] == ["1", "1"]
     assert transitions(engine, task.id) == [
-        "submit:->PENDING", "dispatch:PENDING->QUEUED", "claim:QUEUED->PROCESSING",
-        "release:PROCESSING->PENDING:worker shutdown", "dispatch:PENDING->QUEUED", "claim:QUEUED->PROCESSING",
-        "complete:PROCESSING->SUCCESS"]
+        "submit:->PENDING",
+        "dispatch:PENDING->QUEUED",
+        "claim:QUEUED->PROCESSING",
+        "release:PROCESSING->PENDING:worker shutdown",
+        "dispatch:PENDING->QUEUED",
+        "claim:QUEUED->PROCESSING",
+        "complete:PROCESSING->SUCCESS",
+    ]
     assert engine.check() == []
 
 
@@ -101,12 +114,17 @@ def test_a_second_sigterm_stops_at_once_and_releases(engine, procs, worker_class
     second_sent = server_now(engine)
     worker.signal(signal.SIGTERM)
 
-    released = wait_until(lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None),
-                          5, what="the release")
+    released = wait_until(
+        lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None), 5, what="the release"
+    )
     assert released.at - second_sent < 1.5
     assert released.at - first_sent < SLOW_BEAT_LEASE  # well before the grace would have ended
     assert (released.from_, released.to, released.worker, released.reason) == (
-        "PROCESSING", "PENDING", worker.name, "worker stopped")
+        "PROCESSING",
+        "PENDING",
+        worker.name,
+        "worker stopped",
+    )
     assert _exited(worker, 5) is not None
     task = wait_status(engine, task.id, State.PENDING, State.QUEUED)
     assert task.attempt == 0
@@ -126,8 +144,9 @@ def test_a_repeated_sigterm_within_a_second_is_ignored(engine, procs, worker_cla
     worker.signal(signal.SIGTERM)  # a duplicate (from a pool and from the terminal): within 1 s
 
     # Still a warm shutdown: the attempt keeps its grace, then is released as on one SIGTERM.
-    released = wait_until(lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None),
-                          GRACE + 5, what="the release")
+    released = wait_until(
+        lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None), GRACE + 5, what="the release"
+    )
     assert (released.reason, released.worker) == ("worker shutdown", worker.name)
     assert released.at - sent >= GRACE - 0.2
     assert _exited(worker) == 0
@@ -163,8 +182,11 @@ def test_a_work_horse_that_cannot_release_exits_and_its_parent_releases_the_task
     horses = worker.children()
     worker.signal(signal.SIGTERM)
 
-    released = wait_until(lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None),
-                          GRACE + 8, what="the release by the worker's parent")
+    released = wait_until(
+        lambda: next((e for e in engine.history(task.id) if e.verb == "release"), None),
+        GRACE + 8,
+        what="the release by the worker's parent",
+    )
     assert released.reason.startswith("work-horse exited with status 1"), released.reason
     wait_until(lambda: not any(running(pid) for pid in horses), 5, what="the work-horse to end")
     assert wait_status(engine, task.id, State.PENDING, State.QUEUED).attempt == 0
@@ -186,4 +208,3 @@ def test_sigterm_to_the_whole_process_group_still_gives_the_attempt_its_grace(en
     assert [e.verb for e in engine.history(task.id)][-1] == "complete"
     assert _exited(worker) == 0
     assert engine.check() == []
-

@@ -1,4 +1,5 @@
 """Deadlines enforced by the sweeper on tasks that keep heartbeating, and retry delays."""
+
 import pytest
 
 from ghostless import State
@@ -13,9 +14,11 @@ def _retry_delays(engine, task_id: str, count: int) -> list[float]:
     time (updated_at), both server time as the fail/expire script stored them."""
     delays = []
     for n in range(count):
+
         def waiting():
             t = engine.get(task_id)
             return t if t.status == State.RETRY_WAITING and t.attempt == n + 1 else None
+
         t = wait_until(waiting, 10, what=f"RETRY_WAITING after attempt {n + 1}")
         delays.append(round(t.next_retry_at - t.updated_at, 3))
     return delays
@@ -30,13 +33,18 @@ def test_a_stage_that_overstays_its_deadline_times_out_and_retries_per_backoff(e
     done = wait_terminal(engine, task.id)
 
     assert (done.status, done.attempt, done.error_kind, done.reason) == (
-        State.TIMEOUT, 2, "timeout", "stage_timeout:generating")
+        State.TIMEOUT,
+        2,
+        "timeout",
+        "stage_timeout:generating",
+    )
     history = engine.history(task.id)
     stage_at = [e.at for e in history if e.kind == "stage" and e.stage == "generating"]
     expires = [e for e in history if e.verb == "expire" and e.to == "TIMEOUT"]
     assert [(e.reason, e.attempt, e.stage, e.worker) for e in expires] == [
         ("stage_timeout:generating", 1, "generating", worker.name),
-        ("stage_timeout:generating", 2, "generating", worker.name)]
+        ("stage_timeout:generating", 2, "generating", worker.name),
+    ]
     for entered, expired in zip(stage_at, expires):
         assert 0.6 <= expired.at - entered < 0.6 + 1.0  # acted on soon after the deadline, not before
     assert transitions(engine, task.id)[-1] == "expire:PROCESSING->TIMEOUT:stage_timeout:generating"
@@ -56,8 +64,7 @@ def test_an_attempt_that_outlives_its_timeout_times_out(engine, procs):
 
     done = wait_terminal(engine, task.id)
 
-    assert (done.status, done.attempt, done.error_kind, done.reason) == (
-        State.TIMEOUT, 1, "timeout", "attempt_timeout")
+    assert (done.status, done.attempt, done.error_kind, done.reason) == (State.TIMEOUT, 1, "timeout", "attempt_timeout")
     history = engine.history(task.id)
     claim = next(e for e in history if e.verb == "claim")
     expire = next(e for e in history if e.verb == "expire")
@@ -90,4 +97,3 @@ def test_retry_delays_follow_an_exponential_backoff_with_jitter(engine, procs):
     for fail, promote, delay in zip(fails, promotes, delays):
         assert promote.at - fail.at >= delay - 0.001
     assert engine.check() == []
-

@@ -1,4 +1,5 @@
 """Result checks: a type's verify() runs before SUCCESS is recorded; a rejected result is retried."""
+
 import pytest
 
 from ghostless import State
