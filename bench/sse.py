@@ -177,7 +177,7 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
     py = sys.executable
     if kind == "ghostless-gthread":
         args = [py, "-m", "ghostless", "web", "--app", "bench.sse:engine", "--port", str(port), "--workers", "1",
-                "--threads", str(n + 64), "--log-level", "WARNING"]
+                "--server", "gthread", "--threads", str(n + 64), "--log-level", "WARNING"]
     elif kind == "ghostless-gevent":
         args = [py, "-m", "ghostless", "web", "--app", "bench.sse:engine", "--port", str(port), "--workers", "1",
                 "--server", "gevent", "--connections", str(n + 200), "--log-level", "WARNING"]

@@ -10,6 +10,7 @@ import click
 import redis
 
 from ghostless.core.app import AppError, load_app
+from ghostless.web.serve import CONNECTIONS, SERVERS
 
 APP = click.option("--app", "app_spec", envvar="GHOSTLESS_APP", help="module:attribute of the Engine.")
 REDIS = click.option("--redis-url", envvar="GHOSTLESS_REDIS_URL", help="Redis URL (else the app's).")
@@ -93,15 +94,16 @@ def demo_command(ctx):
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Processes (each with one event stream reader).")
+@click.option("--server", type=click.Choice(SERVERS), default="gevent", show_default=True,
+              help="gunicorn worker class: gevent (an event loop: thousands of open streams per process) "
+                   "or gthread (a thread per open stream: for debugging).")
+@click.option("--connections", type=click.IntRange(min=1), default=CONNECTIONS, show_default=True,
+              help="Open connections per process (gevent): streams, long-polls and short requests.")
 @click.option("--threads", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Threads per process: each open SSE stream or long-poll holds one (gthread).")
-@click.option("--server", type=click.Choice(["gthread", "gevent"]), default="gthread", show_default=True,
-              help="gunicorn worker class; gevent (pip install 'ghostless[gevent]') for many open streams.")
-@click.option("--connections", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Open connections per process (gevent).")
+              help="Threads per process (gthread): each open SSE stream or long-poll holds one.")
 @click.option("--log-level", default="INFO", show_default=True)
 def web_command(app_spec, redis_url, host, port, workers, threads, server, connections, log_level):
-    """Serve the web app and JSON API (gunicorn gthread when installed)."""
+    """Serve the web app and JSON API (gunicorn gevent workers; Flask's dev server without gunicorn)."""
     from ghostless.web.serve import serve
 
     engine = _engine(app_spec, redis_url)
