@@ -225,8 +225,8 @@ def drain(sub) -> list[dict]:
 
 def test_a_subscriber_that_never_reads_is_dropped_and_its_buffer_stays_bounded(make_app, engine):
     broker = make_app(GHOSTLESS_SSE_BUFFER=5).extensions["ghostless"].broker
-    stalled = broker.subscribe(lambda ev: True)
-    reading = broker.subscribe(lambda ev: True, limit=100)
+    stalled = broker.subscribe(everything=True)
+    reading = broker.subscribe(everything=True, limit=100)
     got = []
     for i in range(20):
         engine.submit("render", {"prompt": str(i)}, owner="alice")
