@@ -22,7 +22,7 @@
   of both together per process; ``GHOSTLESS_BUSY_RETRY_MS`` (10000): when a refused stream's
   EventSource reconnects, and a refused long-poll's Retry-After. These four also come from the
   environment variables of the same names (so ``ghostless web`` can set them).
-- ``GHOSTLESS_REDIS_CONNECTIONS`` (8; 0: the app's own client), ``GHOSTLESS_REDIS_WAIT`` (10 s): the
+- ``GHOSTLESS_REDIS_CONNECTIONS`` (8; 0: the app's own client), ``GHOSTLESS_REDIS_WAIT`` (30 s): the
   web's bounded Redis pool and how long a request waits for a connection (web/pool.py); also
   from the environment.
 - ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes

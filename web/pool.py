@@ -5,7 +5,7 @@ otherwise take one pooled connection each at once: redis-py's default pool refus
 size ("Too many connections", answered as 503s) and an unbounded one opens a connection per
 opener. The web instead serves the app's engine through a client on a
 ``BlockingConnectionPool`` of ``GHOSTLESS_REDIS_CONNECTIONS`` connections (8): a request waits
-up to ``GHOSTLESS_REDIS_WAIT`` seconds (10) for one, then gets ``redis.ConnectionError`` (a
+up to ``GHOSTLESS_REDIS_WAIT`` seconds (30) for one, then gets ``redis.ConnectionError`` (a
 stream opener answers it with an EventSource retry, web/sse.py). 0 connections: the app's
 engine as it is.
 
@@ -20,7 +20,7 @@ import redis as redis_lib
 from ghostless.core.scripts import Scripts
 from ghostless.core.users import Users
 
-DEFAULTS = {"GHOSTLESS_REDIS_CONNECTIONS": 8, "GHOSTLESS_REDIS_WAIT": 10.0}
+DEFAULTS = {"GHOSTLESS_REDIS_CONNECTIONS": 8, "GHOSTLESS_REDIS_WAIT": 30.0}
 
 
 def client_like(client, pool_class=None, socket_timeout: float | None = None, **pool_kwargs):

@@ -13,8 +13,8 @@ app after the fork (no preload), so no Redis connection or thread crosses a fork
 Under abuse: streams and long-polls together may hold at most ``held_cap(threads)`` (gthread) or
 ``held_cap(connections)`` (gevent) per process (web/held.py; env ``GHOSTLESS_HELD_MAX``
 overrides), so short requests always find a thread; gthread reads request heads without a thread
-(web/threadworker.py), gevent bounds a head read by ``keepalive``; idle kept-alive connections
-close after KEEPALIVE seconds; access logs redact login codes (web/accesslog.py).
+(web/threadworker.py), gevent bounds a head read (and an idle kept-alive connection) by the same
+GHOSTLESS_CLIENT_TIMEOUT; gthread's idle kept-alive connections close after KEEPALIVE seconds; access logs redact login codes (web/accesslog.py).
 """
 from __future__ import annotations
 
@@ -157,6 +157,15 @@ def _gevent(app_spec: str, host: str, port: int, workers: int, connections: int)
     process has already loaded the app. The broker's reader thread becomes a greenlet."""
     import resource
 
+    from .threadworker import client_timeout
+
+    try:
+        # A request head must be in within the client timeout, as with gthread (gunicorn's gevent
+        # worker bounds it by keepalive). Not 2 s: in a reconnect storm a saturated process may
+        # not read a head that arrived at once for seconds, and would drop it (a reset).
+        head_timeout = client_timeout()
+    except ValueError as e:
+        raise RuntimeError(str(e)) from None
     limit = raise_open_files(connections + FD_SPARE)
     if limit != resource.RLIM_INFINITY and limit < connections + FD_SPARE:
         log.warning("open-files limit %d is below --connections %d + %d: connections past it will be refused "
@@ -166,7 +175,7 @@ def _gevent(app_spec: str, host: str, port: int, workers: int, connections: int)
     package = __name__.rsplit(".", 1)[0]
     args = [sys.executable, "-m", "gunicorn", "--worker-class", "gevent", "--workers", str(workers),
             "--worker-connections", str(connections), "--bind", f"{host}:{port}", "--timeout", "30",
-            "--graceful-timeout", "5", "--keep-alive", str(KEEPALIVE), "--access-logfile", "-",
+            "--graceful-timeout", "5", "--keep-alive", f"{head_timeout:g}", "--access-logfile", "-",
             "--error-logfile", "-", "--logger-class", f"{package}.accesslog.RedactingLogger",
             "--no-control-socket", f"{package}:create_app()"]
     os.execv(sys.executable, args)

@@ -16,7 +16,7 @@ def test_the_web_reads_the_apps_engine_through_a_bounded_waiting_pool_of_its_own
     web = app.extensions["ghostless"].engine
     assert isinstance(web, BoundedEngine) and web.unbounded is engine
     pool = web.redis.connection_pool
-    assert isinstance(pool, redis.BlockingConnectionPool) and pool.max_connections == 8 and pool.timeout == 10.0
+    assert isinstance(pool, redis.BlockingConnectionPool) and pool.max_connections == 8 and pool.timeout == 30.0
     assert engine.redis.connection_pool is not pool  # the user's client is left as it was
     assert web.scripts.redis is web.redis and web.users.redis is web.redis
 
