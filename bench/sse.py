@@ -15,6 +15,7 @@ Servers (each one process, on a private redis-server):
 Clients: one asyncio process holding every connection (HTTP/1.0, raw sockets).
 Usage: ``python bench/sse.py [--levels 100,500,1000] [--servers ...] [--events 100]``.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,9 @@ def engine():
 
     from ghostless import Engine
 
-    pool = redis.BlockingConnectionPool.from_url(os.environ["GHOSTLESS_REDIS_URL"], max_connections=32, timeout=30,
-                                                 socket_timeout=10)
+    pool = redis.BlockingConnectionPool.from_url(
+        os.environ["GHOSTLESS_REDIS_URL"], max_connections=32, timeout=30, socket_timeout=10
+    )
     e = Engine(redis.Redis(connection_pool=pool), namespace=NS, dispatcher=None, check=False)
 
     @e.task(name="tick", queue="sse", lease=3600, timeout=7200, max_attempts=1)
@@ -110,8 +112,11 @@ class Clients:
 
     def __init__(self, port: int, path: str, headers: dict):
         self.port, self.path = port, path
-        self.request = (f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
-                        + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+        self.request = (
+            f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            + "\r\n"
+        ).encode()
         self.arrived: list[dict[int, float]] = []
         self.tasks = []
 
@@ -159,10 +164,9 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
     import asyncio
     import time
 
-    from tests.support.procs import Proc
+    from tests.support.procs import ROOT as ROOT_DIR, Proc
     from tests.support.redis_server import free_port
     from tests.support.wait import wait_until
-    from tests.support.procs import ROOT as ROOT_DIR
 
     client = server.client(decode_responses=True)
     client.flushall()
@@ -170,25 +174,79 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
     producer = engine()
     token = producer.users.add("bench", admin=True)
     port = free_port()
-    env = {**os.environ, "GHOSTLESS_REDIS_URL": server.url, "GHOSTLESS_SECRET_KEY": "bench", "PYTHONPATH": str(ROOT_DIR),
-           "GHOSTLESS_APP": "bench.sse:engine",
-           # every subscriber is one user here: lift the per-user and per-process caps on streams
-           "GHOSTLESS_STREAMS_PER_USER": str(n), "GHOSTLESS_HELD_MAX": str(n + 8)}
+    env = {
+        **os.environ,
+        "GHOSTLESS_REDIS_URL": server.url,
+        "GHOSTLESS_SECRET_KEY": "bench",
+        "PYTHONPATH": str(ROOT_DIR),
+        "GHOSTLESS_APP": "bench.sse:engine",
+        # every subscriber is one user here: lift the per-user and per-process caps on streams
+        "GHOSTLESS_STREAMS_PER_USER": str(n),
+        "GHOSTLESS_HELD_MAX": str(n + 8),
+    }
     py = sys.executable
     if kind == "ghostless-gthread":
-        args = [py, "-m", "ghostless", "web", "--app", "bench.sse:engine", "--port", str(port), "--workers", "1",
-                "--server", "gthread", "--threads", str(n + 64), "--log-level", "WARNING"]
+        args = [
+            py,
+            "-m",
+            "ghostless",
+            "web",
+            "--app",
+            "bench.sse:engine",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--server",
+            "gthread",
+            "--threads",
+            str(n + 64),
+            "--log-level",
+            "WARNING",
+        ]
     elif kind == "ghostless-gevent":
-        args = [py, "-m", "ghostless", "web", "--app", "bench.sse:engine", "--port", str(port), "--workers", "1",
-                "--server", "gevent", "--connections", str(n + 200), "--log-level", "WARNING"]
+        args = [
+            py,
+            "-m",
+            "ghostless",
+            "web",
+            "--app",
+            "bench.sse:engine",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--server",
+            "gevent",
+            "--connections",
+            str(n + 200),
+            "--log-level",
+            "WARNING",
+        ]
     else:
-        args = [py, "-m", "gunicorn", "-k", "gevent", "-w", "1", "--worker-connections", str(n + 200),
-                "-b", f"127.0.0.1:{port}", "--timeout", "60", "bench.sse:baseline_app()"]
+        args = [
+            py,
+            "-m",
+            "gunicorn",
+            "-k",
+            "gevent",
+            "-w",
+            "1",
+            "--worker-connections",
+            str(n + 200),
+            "-b",
+            f"127.0.0.1:{port}",
+            "--timeout",
+            "60",
+            "bench.sse:baseline_app()",
+        ]
     proc = Proc(args, env)
     try:
         booted = re.compile(r"Booting worker with pid: (\d+)")
         worker = int(wait_until(lambda: booted.search(proc.output()), timeout=30, what="a gunicorn worker").group(1))
-        path, headers = ("/stream", {}) if kind == "flask-sse" else ("/api/events", {"Authorization": f"Bearer {token}"})
+        path, headers = (
+            ("/stream", {}) if kind == "flask-sse" else ("/api/events", {"Authorization": f"Bearer {token}"})
+        )
         lease = producer.claim(producer.submit("tick", {}, owner="bench").id, "bench")
 
         def emit(seq: int) -> float:
@@ -209,6 +267,7 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
                     return True
                 except OSError:
                     return False
+
             while not up():
                 await asyncio.sleep(0.1)
             # Warm up with one client (the broker thread starts), then the idle baseline.
@@ -246,18 +305,35 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
             ended = [t for t in clients.tasks if t.done()]
             if ended or len(lat) < n * events:
                 errors = {repr(t.exception())[:120] for t in ended if not t.cancelled() and t.exception()}
-                print(f"  {kind} n={n}: {len(ended)} client streams ended early {sorted(errors)[:3]}; "
-                      f"{sum(1 for a in clients.arrived if not any(i in a for i in range(events)))} got no event",
-                      file=sys.stderr)
-                for line in sorted({ln[ln.find("ghostless"):][:200] for ln in proc.output().splitlines()
-                                    if "unavailable" in ln or "Error" in ln})[:3]:
+                print(
+                    f"  {kind} n={n}: {len(ended)} client streams ended early {sorted(errors)[:3]}; "
+                    f"{sum(1 for a in clients.arrived if not any(i in a for i in range(events)))} got no event",
+                    file=sys.stderr,
+                )
+                for line in sorted(
+                    {
+                        ln[ln.find("ghostless") :][:200]
+                        for ln in proc.output().splitlines()
+                        if "unavailable" in ln or "Error" in ln
+                    }
+                )[:3]:
                     print("   ", line, file=sys.stderr)
             await clients.close()
-            return {"server": kind, "clients": n, "ready": len(ready), "delivered": len(lat),
-                    "expected": n * events, "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
-                    "max_ms": max(lat) if lat else float("nan"),
-                    "kib_per_idle_sub": (rss_n - rss0) / n, "rss0_mib": rss0 / 1024, "rss_mib": rss_n / 1024,
-                    "redis_conns": conns[0], "redis_blocked": conns[1]}
+            return {
+                "server": kind,
+                "clients": n,
+                "ready": len(ready),
+                "delivered": len(lat),
+                "expected": n * events,
+                "p50_ms": percentile(lat, 50),
+                "p99_ms": percentile(lat, 99),
+                "max_ms": max(lat) if lat else float("nan"),
+                "kib_per_idle_sub": (rss_n - rss0) / n,
+                "rss0_mib": rss0 / 1024,
+                "rss_mib": rss_n / 1024,
+                "redis_conns": conns[0],
+                "redis_blocked": conns[1],
+            }
 
         return asyncio.run(main())
     except Exception:
@@ -284,8 +360,10 @@ def main(argv=None) -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 1,000 sockets here and in the server
     print(machine())
     print(f"{opts.events} events at {opts.rate:g}/s per level, every event to every subscriber\n")
-    head = (f"{'server':<18} {'subs':>5} {'delivered':>15} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-            f"{'KiB/idle sub':>12} {'RSS MiB':>13} {'redis conns':>12}")
+    head = (
+        f"{'server':<18} {'subs':>5} {'delivered':>15} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+        f"{'KiB/idle sub':>12} {'RSS MiB':>13} {'redis conns':>12}"
+    )
     print(head)
     rows = []
     with private_redis() as server:
@@ -293,12 +371,16 @@ def main(argv=None) -> int:
             for n in (int(x) for x in opts.levels.split(",")):
                 r = run_level(kind, n, opts.events, opts.rate, server)
                 rows.append(r)
-                print(f"{r['server']:<18} {n:>5} {r['delivered']:>7}/{r['expected']:<7} {r['p50_ms']:>8.1f} "
-                      f"{r['p99_ms']:>8.1f} {r['max_ms']:>8.1f} {r['kib_per_idle_sub']:>12.1f} "
-                      f"{r['rss0_mib']:>5.1f}->{r['rss_mib']:<6.1f} {r['redis_conns']:>5} ({r['redis_blocked']} blocked)",
-                      flush=True)
-    print("\ntargets at 1,000 subscribers: p99 <= 100 ms, <= 32 KiB per idle subscriber, one Redis "
-          "connection reading events per web process")
+                print(
+                    f"{r['server']:<18} {n:>5} {r['delivered']:>7}/{r['expected']:<7} {r['p50_ms']:>8.1f} "
+                    f"{r['p99_ms']:>8.1f} {r['max_ms']:>8.1f} {r['kib_per_idle_sub']:>12.1f} "
+                    f"{r['rss0_mib']:>5.1f}->{r['rss_mib']:<6.1f} {r['redis_conns']:>5} ({r['redis_blocked']} blocked)",
+                    flush=True,
+                )
+    print(
+        "\ntargets at 1,000 subscribers: p99 <= 100 ms, <= 32 KiB per idle subscriber, one Redis "
+        "connection reading events per web process"
+    )
     return 0
 
 

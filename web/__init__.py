@@ -32,6 +32,7 @@
   unless set (a Quota, a dict / JSON object of its fields over the defaults, or None / ``off``);
   ``GHOSTLESS_QUOTA_CACHE`` (s a user's own limits are cached per process). web/quotas.py.
 """
+
 from __future__ import annotations
 
 import logging
@@ -122,6 +123,8 @@ def close_app(app: Flask) -> None:
 
 
 def _random_key() -> str:
-    log.warning("no SECRET_KEY or GHOSTLESS_SECRET_KEY: using a random key, so login sessions will "
-                "not survive a restart or work across processes")
+    log.warning(
+        "no SECRET_KEY or GHOSTLESS_SECRET_KEY: using a random key, so login sessions will "
+        "not survive a restart or work across processes"
+    )
     return secrets.token_hex(32)

@@ -4,6 +4,7 @@ Every call is authenticated (auth.require_user). A user sees and changes only th
 tasks; another user's task is a 404, exactly like a missing one. Admins see all. Owner
 checks for cancel, edit and retry happen inside the Lua scripts.
 """
+
 from __future__ import annotations
 
 import math
@@ -89,8 +90,16 @@ def submit():
     engine = get_engine()
     type_name = _text("type", body.get("type"), optional=False)
     key = _text("idempotency_key", body.get("idempotency_key"))
-    task = _call(engine.submit, type_name, body.get("args", {}), owner=g.caller.name, idempotency_key=key,
-                 priority=body.get("priority", 0), delay=body.get("delay", 0), quota=quota_for(g.caller.name))
+    task = _call(
+        engine.submit,
+        type_name,
+        body.get("args", {}),
+        owner=g.caller.name,
+        idempotency_key=key,
+        priority=body.get("priority", 0),
+        delay=body.get("delay", 0),
+        quota=quota_for(g.caller.name),
+    )
     return jsonify(task=task_json(task)), 200 if task.replayed else 201
 
 
@@ -102,10 +111,15 @@ def list_tasks():
     owner = _owner_filter()
     if owner is None and request.args.get("owner"):
         owner = request.args["owner"]
-    tasks, cursor = _call(get_engine().list_tasks, owner=owner, status=status,
-                          type=request.args.get("type") or None, queue=request.args.get("queue") or None,
-                          limit=_number("limit", 1, 500, integer=True, default=50),
-                          cursor=request.args.get("cursor") or None)
+    tasks, cursor = _call(
+        get_engine().list_tasks,
+        owner=owner,
+        status=status,
+        type=request.args.get("type") or None,
+        queue=request.args.get("queue") or None,
+        limit=_number("limit", 1, 500, integer=True, default=50),
+        cursor=request.args.get("cursor") or None,
+    )
     return jsonify(tasks=[task_json(t) for t in tasks], next_cursor=cursor)
 
 
@@ -114,13 +128,17 @@ def get_task(task_id: str):
     """The task with its history. With ``?wait=S[&version=N]``: long-poll, answering as soon
     as the task's version differs from N (default: its current one), or after S seconds."""
     wait = _number("wait", 0, math.inf)
-    version = _number("version", 0, 2 ** 62, integer=True)
+    version = _number("version", 0, 2**62, integer=True)
     if wait:
         release = held().acquire(LONGPOLL, g.caller.name)
         if release is None:
             _version(task_id)  # a 404 stays a 404
-            raise ApiError(429, "too_many_waits", "too many long-polls open: ask again after Retry-After seconds",
-                           {"Retry-After": str(max(1, math.ceil(busy_retry_ms() / 1000)))})
+            raise ApiError(
+                429,
+                "too_many_waits",
+                "too many long-polls open: ask again after Retry-After seconds",
+                {"Retry-After": str(max(1, math.ceil(busy_retry_ms() / 1000)))},
+            )
         try:
             _wait_for_change(task_id, min(wait, current_app.config["GHOSTLESS_LONGPOLL_MAX"]), version)
         finally:
@@ -187,8 +205,9 @@ def edit(task_id: str):
     if "args" not in body:
         raise ApiError(400, "invalid", "args is required")
     # The caller's quota: an edit counts against its rate, its args against its bytes.
-    task = _call(get_engine().edit, task_id, body["args"], by=g.caller.name, admin=g.caller.admin,
-                 quota=quota_for(g.caller.name))
+    task = _call(
+        get_engine().edit, task_id, body["args"], by=g.caller.name, admin=g.caller.admin, quota=quota_for(g.caller.name)
+    )
     return jsonify(task=task_json(task)), 201
 
 

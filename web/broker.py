@@ -7,6 +7,7 @@ subscriber. A subscriber's buffer holds at most ``limit`` events: a client that 
 (its buffer never grows past the bound) and reconnects with ``Last-Event-ID``, replaying
 what it missed from the stream itself. No browser holds a Redis connection.
 """
+
 from __future__ import annotations
 
 import logging
@@ -91,8 +92,14 @@ class Broker:
         self._start_id = ""
         self._refreshed = 0.0
 
-    def subscribe(self, *, task_id: str | None = None, owner: str | None = None, everything: bool = False,
-                  limit: int | None = None) -> Subscriber:
+    def subscribe(
+        self,
+        *,
+        task_id: str | None = None,
+        owner: str | None = None,
+        everything: bool = False,
+        limit: int | None = None,
+    ) -> Subscriber:
         """A new subscriber fed, from now on, every event of the task ``task_id``, or of ``owner``'s
         tasks, or (``everything=True``) every event; with a buffer of ``limit`` events (default:
         the broker's). Exactly one of the three."""
@@ -165,7 +172,7 @@ class Broker:
             except redis_lib.RedisError as e:
                 failures += 1
                 log.warning("event stream read failed (%s); retrying", e)
-                self._stop.wait(min(0.1 * 2 ** failures, 5.0))
+                self._stop.wait(min(0.1 * 2**failures, 5.0))
             except Exception:  # noqa: BLE001 - the one reader must outlive a bad event
                 log.exception("event stream reader error")
                 self._stop.wait(1.0)
@@ -179,8 +186,9 @@ class Broker:
             self._stop.wait(self.block_ms / 1000)
             return
         keys = {self.engine.keys.queue_key(q, "events"): q for q in self.positions}
-        reply = self._client.xread({k: self.positions[q] for k, q in keys.items()},
-                                   count=self.batch, block=self.block_ms)
+        reply = self._client.xread(
+            {k: self.positions[q] for k, q in keys.items()}, count=self.batch, block=self.block_ms
+        )
         for key, rows in reply or []:
             queue = keys[key.decode() if isinstance(key, bytes) else key]
             for sid, fields in rows:

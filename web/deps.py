@@ -6,14 +6,15 @@ bounded Redis pool (web/pool.py); the broker's reader
 thread starts with its first subscriber, so a process that serves no stream runs none
 (and gunicorn workers start theirs after the fork).
 """
+
 from __future__ import annotations
 
 import threading
 
 from flask import Flask, current_app
 
-from ghostless.core.engine import Engine
 from ghostless.core.app import load_app
+from ghostless.core.engine import Engine
 
 from .broker import Broker
 from .pool import bounded_engine
@@ -34,8 +35,9 @@ class Deps:
                     engine = self.config.get("GHOSTLESS_ENGINE")
                     if engine is None:
                         engine = load_app(self.config.get("GHOSTLESS_APP"))
-                    self._engine = bounded_engine(engine, self.config["GHOSTLESS_REDIS_CONNECTIONS"],
-                                                  self.config["GHOSTLESS_REDIS_WAIT"])
+                    self._engine = bounded_engine(
+                        engine, self.config["GHOSTLESS_REDIS_CONNECTIONS"], self.config["GHOSTLESS_REDIS_WAIT"]
+                    )
         return self._engine
 
     @property
@@ -44,8 +46,11 @@ class Deps:
             engine = self.engine
             with self._lock:
                 if self._broker is None:
-                    self._broker = Broker(engine, block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"],
-                                          limit=self.config["GHOSTLESS_SSE_BUFFER"])
+                    self._broker = Broker(
+                        engine,
+                        block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"],
+                        limit=self.config["GHOSTLESS_SSE_BUFFER"],
+                    )
         return self._broker
 
     def close(self) -> None:

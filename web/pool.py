@@ -14,9 +14,11 @@ not changed: ``BoundedEngine`` reads it through its own client. The broker's rea
 client of its own too (``own_client``), so a web process holds at most the pool's size plus
 the reader's one connection (and whatever the app's dispatcher opens for submits).
 """
+
 from __future__ import annotations
 
 import redis as redis_lib
+
 from ghostless.core.scripts import Scripts
 from ghostless.core.users import Users
 
@@ -28,8 +30,7 @@ def client_like(client, pool_class=None, socket_timeout: float | None = None, **
     ``socket_timeout`` when given), on a pool of its own: ``pool_class`` (default: the class of
     ``client``'s) made with ``pool_kwargs``."""
     pool = client.connection_pool
-    kwargs = {k: v for k, v in pool.connection_kwargs.items()
-              if not k.startswith(("maint_notifications", "orig_"))}
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(("maint_notifications", "orig_"))}
     if socket_timeout is not None:
         kwargs["socket_timeout"] = socket_timeout
     new_pool = (pool_class or pool.__class__)(connection_class=pool.connection_class, **pool_kwargs, **kwargs)
@@ -47,8 +48,9 @@ def bounded_engine(engine, connections: int, wait: float):
     waiting up to ``wait`` seconds for one; ``engine`` itself with 0 connections."""
     if not connections:
         return engine
-    client = client_like(engine.redis, redis_lib.BlockingConnectionPool, max_connections=int(connections),
-                         timeout=float(wait))
+    client = client_like(
+        engine.redis, redis_lib.BlockingConnectionPool, max_connections=int(connections), timeout=float(wait)
+    )
     # The app's own client has an idle connection or two from building the engine (its server
     # checks): closed, as the web reads through its own from now on (the client reconnects if
     # it is used again: the dispatcher's submits, the data epoch).

@@ -16,6 +16,7 @@ overrides), so short requests always find a thread; gthread reads request heads 
 (web/threadworker.py), gevent bounds a head read (and an idle kept-alive connection) by the same
 GHOSTLESS_CLIENT_TIMEOUT; gthread's idle kept-alive connections close after KEEPALIVE seconds; access logs redact login codes (web/accesslog.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,8 +58,16 @@ def gevent_available() -> bool:
     return True
 
 
-def serve(engine, app_spec: str | None, host: str, port: int, workers: int, threads: int,
-          server: str = "gevent", connections: int = CONNECTIONS) -> None:
+def serve(
+    engine,
+    app_spec: str | None,
+    host: str,
+    port: int,
+    workers: int,
+    threads: int,
+    server: str = "gevent",
+    connections: int = CONNECTIONS,
+) -> None:
     """Run the web app until interrupted. ``engine`` is the already loaded app (the dev server
     and gthread without ``app_spec`` serve it; otherwise gunicorn workers load ``app_spec`` again,
     each in its own process).
@@ -74,16 +83,20 @@ def serve(engine, app_spec: str | None, host: str, port: int, workers: int, thre
             _gevent(app_spec, host, port, workers, connections)
             return
         if server == "gevent":
-            log.warning("serving with gthread workers (%d streams per process at most): the gevent server "
-                        "needs %s", held_cap(threads),
-                        "gevent (pip install gevent)" if app_spec else "an app spec (--app or GHOSTLESS_APP)")
+            log.warning(
+                "serving with gthread workers (%d streams per process at most): the gevent server needs %s",
+                held_cap(threads),
+                "gevent (pip install gevent)" if app_spec else "an app spec (--app or GHOSTLESS_APP)",
+            )
         if app_spec:
             os.environ["GHOSTLESS_APP"] = app_spec
         _cap_held(threads)
         _gunicorn(host, port, workers, threads, None if app_spec else engine)
         return
-    log.warning("gunicorn is not installed: serving with Flask's development server (one process, "
-                "threaded); pip install gunicorn for production")
+    log.warning(
+        "gunicorn is not installed: serving with Flask's development server (one process, "
+        "threaded); pip install gunicorn for production"
+    )
     from . import create_app
     from .accesslog import RedactLoginCodes
 
@@ -97,8 +110,10 @@ def require_shared_secret(workers: int) -> None:
     """Several processes need one session key: each would otherwise make its own random key
     and refuse the cookies the others signed (a login that works every other request)."""
     if workers > 1 and not os.environ.get("GHOSTLESS_SECRET_KEY"):
-        raise RuntimeError(f"--workers {workers} needs GHOSTLESS_SECRET_KEY (the same in every process, e.g. "
-                           "from `openssl rand -hex 32`) so that a login works in all of them; or use --workers 1")
+        raise RuntimeError(
+            f"--workers {workers} needs GHOSTLESS_SECRET_KEY (the same in every process, e.g. "
+            "from `openssl rand -hex 32`) so that a login works in all of them; or use --workers 1"
+        )
 
 
 def _gunicorn(host: str, port: int, workers: int, threads: int, engine=None) -> None:
@@ -113,17 +128,28 @@ def _gunicorn(host: str, port: int, workers: int, threads: int, engine=None) -> 
         raise RuntimeError(str(e)) from None
     worker_class = HeadFirstThreadWorker if supported() else "gthread"
     if not supported():
-        log.warning("gunicorn < 27: stock gthread workers, in which each half-sent request head holds a "
-                    "thread; install gunicorn >= 27 (requirements.txt pins it)")
+        log.warning(
+            "gunicorn < 27: stock gthread workers, in which each half-sent request head holds a "
+            "thread; install gunicorn >= 27 (requirements.txt pins it)"
+        )
 
     class App(BaseApplication):
         def load_config(self):
             # gthread accepts no more than worker_connections at once (default 1000), streams
             # included: leave room for every thread's stream plus short requests.
-            settings = {"bind": f"{host}:{port}", "workers": workers, "threads": threads,
-                        "worker_class": worker_class, "worker_connections": max(1000, threads * 2),
-                        "timeout": 30, "graceful_timeout": 5, "keepalive": KEEPALIVE, "accesslog": "-",
-                        "errorlog": "-", "logger_class": RedactingLogger}
+            settings = {
+                "bind": f"{host}:{port}",
+                "workers": workers,
+                "threads": threads,
+                "worker_class": worker_class,
+                "worker_connections": max(1000, threads * 2),
+                "timeout": 30,
+                "graceful_timeout": 5,
+                "keepalive": KEEPALIVE,
+                "accesslog": "-",
+                "errorlog": "-",
+                "logger_class": RedactingLogger,
+            }
             # gunicorn >= 27's control socket has one default path per user: two servers on
             # one host would contend for it, and nothing here uses it.
             if "control_socket_disable" in self.cfg.settings:
@@ -168,14 +194,41 @@ def _gevent(app_spec: str, host: str, port: int, workers: int, connections: int)
         raise RuntimeError(str(e)) from None
     limit = raise_open_files(connections + FD_SPARE)
     if limit != resource.RLIM_INFINITY and limit < connections + FD_SPARE:
-        log.warning("open-files limit %d is below --connections %d + %d: connections past it will be refused "
-                    "(raise the hard limit: ulimit -Hn, or the container's nofile)", limit, connections, FD_SPARE)
+        log.warning(
+            "open-files limit %d is below --connections %d + %d: connections past it will be refused "
+            "(raise the hard limit: ulimit -Hn, or the container's nofile)",
+            limit,
+            connections,
+            FD_SPARE,
+        )
     os.environ["GHOSTLESS_APP"] = app_spec
     _cap_held(connections)
     package = __name__.rsplit(".", 1)[0]
-    args = [sys.executable, "-m", "gunicorn", "--worker-class", "gevent", "--workers", str(workers),
-            "--worker-connections", str(connections), "--bind", f"{host}:{port}", "--timeout", "30",
-            "--graceful-timeout", "5", "--keep-alive", f"{head_timeout:g}", "--access-logfile", "-",
-            "--error-logfile", "-", "--logger-class", f"{package}.accesslog.RedactingLogger",
-            "--no-control-socket", f"{package}:create_app()"]
+    args = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--worker-class",
+        "gevent",
+        "--workers",
+        str(workers),
+        "--worker-connections",
+        str(connections),
+        "--bind",
+        f"{host}:{port}",
+        "--timeout",
+        "30",
+        "--graceful-timeout",
+        "5",
+        "--keep-alive",
+        f"{head_timeout:g}",
+        "--access-logfile",
+        "-",
+        "--error-logfile",
+        "-",
+        "--logger-class",
+        f"{package}.accesslog.RedactingLogger",
+        "--no-control-socket",
+        f"{package}:create_app()",
+    ]
     os.execv(sys.executable, args)

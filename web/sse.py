@@ -13,6 +13,7 @@ with a ``ready`` event carrying the starting position.
 Views only check access and set headers; generators read live events from the process's
 broker (web/broker.py) and replay from the queue streams; cleanup runs in ``finally``.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,11 @@ from .positions import Positions
 bp = Blueprint("sse", __name__, url_prefix="/api")
 log = logging.getLogger("ghostless.web")
 
+
 @bp.before_request
 def _authenticate():
     g.caller = require_user()
+
 
 def format_event(id: str | None = None, event: str | None = None, data=None, retry: int | None = None) -> str:
     """One SSE message. ``data`` is sent as JSON (a str as is, one ``data:`` line per line)."""
@@ -55,20 +58,26 @@ def format_event(id: str | None = None, event: str | None = None, data=None, ret
         lines += [f"data: {line}" for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     return "\n".join(lines) + "\n\n"
 
+
 def format_comment(text: str) -> str:
     return "".join(f": {line}\n" for line in text.splitlines() or [""]) + "\n"
+
 
 def _last_event_id() -> str | None:
     return request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or None
 
+
 def _stream(generator) -> Response:
-    return Response(generator, mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return Response(
+        generator, mimetype="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+
 
 def retry_later(why: str) -> Response:
     """The refusal EventSource survives: 200, a comment saying ``why``, ``retry:`` (come back in
     GHOSTLESS_BUSY_RETRY_MS) and the end. Any non-200 status would make it give up for good."""
     return _stream([format_comment(why), format_event(retry=busy_retry_ms())])
+
 
 @bp.errorhandler(redis.ConnectionError)
 @bp.errorhandler(redis.TimeoutError)
@@ -77,6 +86,7 @@ def _redis_unavailable(e):
     opens (its credential check included): come back later, as from a cap."""
     log.warning("stream refused, to be retried: Redis unavailable: %s", e)
     return retry_later("unavailable: the task store did not answer in time, retrying later")
+
 
 def _held_stream(open_stream) -> Response:
     """The stream ``open_stream(gone)`` opens, holding one of the caller's stream slots until its
@@ -97,6 +107,7 @@ def _held_stream(open_stream) -> Response:
     response.call_on_close(release)
     return response
 
+
 def _ending_on_redis_errors(events):
     """A stream that ends, rather than breaks, when Redis fails mid-stream: the browser then
     reconnects with Last-Event-ID and resumes once Redis is back."""
@@ -107,8 +118,10 @@ def _ending_on_redis_errors(events):
     finally:
         events.close()
 
+
 def _settings() -> tuple[float, int]:
     return current_app.config["GHOSTLESS_SSE_KEEPALIVE"], current_app.config["GHOSTLESS_SSE_RETRY_MS"]
+
 
 @bp.get("/tasks/<task_id>/events")
 def task_events(task_id: str):
@@ -121,10 +134,13 @@ def task_events(task_id: str):
         opened = open_task(engine, broker, task_id, owner)
         if opened is None:
             raise ApiError(404, "not_found", "task not found")
-        events = task_stream(engine, broker, task_id, last, *_settings(), still_valid=credential_check(),
-                             gone=gone, opened=opened)
+        events = task_stream(
+            engine, broker, task_id, last, *_settings(), still_valid=credential_check(), gone=gone, opened=opened
+        )
         return events, lambda: broker.unsubscribe(opened[0])
+
     return _held_stream(open_stream)
+
 
 def open_task(engine, broker, task_id: str, owner: str | None):
     """(subscriber, task, history, position) of a task stream opening now, or None (unsubscribed)
@@ -141,8 +157,18 @@ def open_task(engine, broker, task_id: str, owner: str | None):
         return None
     return sub, task, history, position
 
-def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: float, retry_ms: int,
-                still_valid=None, gone=None, opened=None):
+
+def task_stream(
+    engine,
+    broker,
+    task_id: str,
+    last_id: str | None,
+    keepalive: float,
+    retry_ms: int,
+    still_valid=None,
+    gone=None,
+    opened=None,
+):
     """Snapshot (or replay after ``last_id``), then live events until a terminal state; ends early
     once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client is
     (see ``_live``). ``opened``: what ``open_task`` returned (else it opens here, anyone's task)."""
@@ -155,10 +181,14 @@ def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: fl
         # A snapshot when the client has nothing, may have missed trimmed events, or names an
         # event this stream has not written yet (not an id we sent): replaying from it would
         # skip every event up to that id, the terminal one included.
-        if last_id is None or wq.parse_stream_id(last_id) > wq.parse_stream_id(position) \
-                or wq.stream_may_be_trimmed(engine, task.queue, last_id):
-            yield format_event(position, "snapshot", {"task": task_json(task),
-                                                      "history": [e.to_dict() for e in history]})
+        if (
+            last_id is None
+            or wq.parse_stream_id(last_id) > wq.parse_stream_id(position)
+            or wq.stream_may_be_trimmed(engine, task.queue, last_id)
+        ):
+            yield format_event(
+                position, "snapshot", {"task": task_json(task), "history": [e.to_dict() for e in history]}
+            )
             last_id = None  # the snapshot is where this client is now
         else:
             for ev in wq.read_stream(engine, task.queue, f"({last_id}", position):
@@ -177,9 +207,11 @@ def task_stream(engine, broker, task_id: str, last_id: str | None, keepalive: fl
                 return None
             sent = sid
             return format_event(ev["stream_id"], ev["kind"], ev)
+
         yield from _live(sub, render, keepalive, still_valid, gone, until=wq.is_terminal)
     finally:
         broker.unsubscribe(sub)
+
 
 @bp.get("/events")
 def all_events():
@@ -190,13 +222,22 @@ def all_events():
         positions = Positions.parse(_last_event_id())
         if positions is not None and positions.later_than(wq.server_ms(engine.redis)):
             positions = None  # not an id we sent: start afresh rather than skip events until then
-        events = feed_stream(engine, broker, owner, positions, *_settings(), still_valid=credential_check(),
-                             gone=gone)
+        events = feed_stream(engine, broker, owner, positions, *_settings(), still_valid=credential_check(), gone=gone)
         return events, events.close
+
     return _held_stream(open_stream)
 
-def feed_stream(engine, broker, owner: str | None, positions: Positions | None, keepalive: float,
-                retry_ms: int, still_valid=None, gone=None):
+
+def feed_stream(
+    engine,
+    broker,
+    owner: str | None,
+    positions: Positions | None,
+    keepalive: float,
+    retry_ms: int,
+    still_valid=None,
+    gone=None,
+):
     """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live;
     ends once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client
     is (see ``_live``)."""
@@ -218,11 +259,14 @@ def feed_stream(engine, broker, owner: str | None, positions: Positions | None, 
                 return None
             positions.advance(ev["queue"], ev["stream_id"])
             return format_event(str(positions), ev["kind"], ev)
+
         yield from _live(sub, render, keepalive, still_valid, gone)
     finally:
         broker.unsubscribe(sub)
 
+
 CREDENTIAL_CHECK = 2.0  # s: an open stream ends this soon after its token is revoked or its session ends
+
 
 def _live(sub, render, keepalive: float, still_valid=None, gone=None, until=None):
     """The subscriber's events as they come, each as ``render(ev)`` writes it (None: already sent,
@@ -254,6 +298,7 @@ def _live(sub, render, keepalive: float, still_valid=None, gone=None, until=None
             if until is not None and until(ev):
                 return
 
+
 def _revocation_check(still_valid, every: float):
     """A function telling whether the caller's credential is gone, asking ``still_valid`` at most
     once per ``every`` seconds (a busy stream must notice too, not only an idle one)."""
@@ -267,4 +312,5 @@ def _revocation_check(still_valid, every: float):
             return False
         next_at = time.monotonic() + every
         return not still_valid()
+
     return revoked

@@ -1,4 +1,5 @@
 """The ``ghostless`` command (also ``python -m ghostless``)."""
+
 from __future__ import annotations
 
 import logging
@@ -40,8 +41,13 @@ def main():
 @APP
 @REDIS
 @click.argument("queues", nargs=-1)
-@click.option("--worker-class", type=click.Choice(["fork", "simple"]), default="fork", show_default=True,
-              help="fork: each attempt in a work-horse process (isolation); simple: in the worker itself.")
+@click.option(
+    "--worker-class",
+    type=click.Choice(["fork", "simple"]),
+    default="fork",
+    show_default=True,
+    help="fork: each attempt in a work-horse process (isolation); simple: in the worker itself.",
+)
 @click.option("--burst", is_flag=True, help="Stop when the queues are empty.")
 @click.option("--name", help="Worker name (default: RQ's unique name).")
 @click.option("--log-level", default="INFO", show_default=True)
@@ -61,8 +67,13 @@ def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_l
 @main.command("sweeper")
 @APP
 @REDIS
-@click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
-              help="Longest sleep between ticks (seconds); it wakes earlier for the next deadline.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="Longest sleep between ticks (seconds); it wakes earlier for the next deadline.",
+)
 @click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--log-level", default="INFO", show_default=True)
 def sweeper_command(app_spec, redis_url, interval, batch, log_level):
@@ -92,15 +103,35 @@ def demo_command(ctx):
 @REDIS
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Processes (each with one event stream reader).")
-@click.option("--server", type=click.Choice(SERVERS), default="gevent", show_default=True,
-              help="gunicorn worker class: gevent (an event loop: thousands of open streams per process) "
-                   "or gthread (a thread per open stream: for debugging).")
-@click.option("--connections", type=click.IntRange(min=1), default=CONNECTIONS, show_default=True,
-              help="Open connections per process (gevent): streams, long-polls and short requests.")
-@click.option("--threads", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Threads per process (gthread): each open SSE stream or long-poll holds one.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Processes (each with one event stream reader).",
+)
+@click.option(
+    "--server",
+    type=click.Choice(SERVERS),
+    default="gevent",
+    show_default=True,
+    help="gunicorn worker class: gevent (an event loop: thousands of open streams per process) "
+    "or gthread (a thread per open stream: for debugging).",
+)
+@click.option(
+    "--connections",
+    type=click.IntRange(min=1),
+    default=CONNECTIONS,
+    show_default=True,
+    help="Open connections per process (gevent): streams, long-polls and short requests.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Threads per process (gthread): each open SSE stream or long-poll holds one.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 def web_command(app_spec, redis_url, host, port, workers, threads, server, connections, log_level):
     """Serve the web app and JSON API (gunicorn gevent workers; Flask's dev server without gunicorn)."""

@@ -7,6 +7,7 @@ tests/web/test_burst.py and runnable for a measurement:
 
     python -m tests.web.burst PORT TOKEN N TASK_ID...  (N streams over the tasks, in turn)
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,14 +19,17 @@ from collections import Counter
 async def _open(port: int, path: str, token: str, deadline: float, opened: list) -> tuple[str, float]:
     start = time.monotonic()
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port),
-                                                max(0.01, deadline - time.monotonic()))
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", port), max(0.01, deadline - time.monotonic())
+        )
     except (OSError, asyncio.TimeoutError) as e:
         return f"connect:{type(e).__name__}", 0.0
     opened.append(writer)  # held open until every stream has answered, as browsers hold theirs
     try:
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                     f"Accept: text/event-stream\r\n\r\n".encode())
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+            f"Accept: text/event-stream\r\n\r\n".encode()
+        )
         data = b""
         while True:
             chunk = await asyncio.wait_for(reader.read(65536), max(0.01, deadline - time.monotonic()))
@@ -54,7 +58,9 @@ async def _burst(port: int, requests: list[tuple[str, str]], timeout: float, dur
             writer.close()
 
 
-def burst(port: int, requests: list[tuple[str, str]], timeout: float = 30.0, during=None) -> tuple[Counter, list[float]]:
+def burst(
+    port: int, requests: list[tuple[str, str]], timeout: float = 30.0, during=None
+) -> tuple[Counter, list[float]]:
     """(count of outcomes by kind, seconds to the snapshot of each opened stream); ``during()``
     runs (in a thread) once every stream has answered, while they are all still open."""
     results = asyncio.run(_burst(port, requests, timeout, during))
@@ -67,5 +73,5 @@ if __name__ == "__main__":
     requests = [(f"/api/tasks/{task_ids[i % len(task_ids)]}/events", token) for i in range(n)]
     counts, times = burst(port, requests, timeout=60)
     took = time.monotonic() - began
-    p = (lambda q: times[min(len(times) - 1, int(q * len(times)))] if times else None)
+    p = lambda q: times[min(len(times) - 1, int(q * len(times)))] if times else None
     print(dict(counts), f"in {took:.1f}s", f"snapshot p50={p(0.5)} p99={p(0.99)}")

@@ -1,10 +1,11 @@
 """The SSE broker (web/broker.py): one reader thread fanning out to bounded buffers."""
+
 from __future__ import annotations
 
 import pytest
 
-from tests.support.wait import wait_until
 from ghostless.web.broker import Broker, Dropped, Subscriber
+from tests.support.wait import wait_until
 
 
 def test_an_owners_subscriber_gets_only_that_owners_events(engine):
@@ -14,8 +15,12 @@ def test_an_owners_subscriber_gets_only_that_owners_events(engine):
         engine.submit("render", {"prompt": "b"}, owner="bob")
         task = engine.submit("render", {"prompt": "a"}, owner="alice")
         event = wait_until(lambda: mine.next(0.05), what="alice's event")
-        assert (event["task_id"], event["kind"], event["to"], event["queue"]) == \
-            (task.id, "transition", "PENDING", "images")
+        assert (event["task_id"], event["kind"], event["to"], event["queue"]) == (
+            task.id,
+            "transition",
+            "PENDING",
+            "images",
+        )
         assert mine.next(0.05) is None
     finally:
         broker.close()
@@ -27,8 +32,9 @@ def test_the_reader_notices_queues_created_after_it_started(engine):
         sub = broker.subscribe(everything=True)
         wait_until(lambda: broker.positions, what="the reader to start")
         engine.redis.sadd(engine.keys.queues(), "late")
-        engine.redis.xadd(engine.keys.queue_key("late", "events"), {"id": "late.x", "kind": "transition",
-                                                                    "owner": "a", "at": "1"})
+        engine.redis.xadd(
+            engine.keys.queue_key("late", "events"), {"id": "late.x", "kind": "transition", "owner": "a", "at": "1"}
+        )
         event = wait_until(lambda: sub.next(0.05), what="the late queue's event")
         assert (event["queue"], event["task_id"]) == ("late", "late.x")
     finally:
@@ -75,7 +81,11 @@ def test_an_event_reaches_exactly_the_subscribers_of_its_task_its_owner_and_ever
     broker = Broker(engine, block_ms=50)
     try:
         task_a, task_a2, task_b = (broker.subscribe(task_id=t) for t in ("images.a", "images.a", "images.b"))
-        alice, bob, admin = broker.subscribe(owner="alice"), broker.subscribe(owner="bob"), broker.subscribe(everything=True)
+        alice, bob, admin = (
+            broker.subscribe(owner="alice"),
+            broker.subscribe(owner="bob"),
+            broker.subscribe(everything=True),
+        )
         broker._fan_out(_event("images.a", "alice"))
         assert [len(s) for s in (task_a, task_a2, task_b, alice, bob, admin)] == [1, 1, 0, 1, 0, 1]
         broker.unsubscribe(task_a)

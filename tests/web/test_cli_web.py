@@ -1,4 +1,5 @@
 """``ghostless web`` and ``ghostless user add|list|revoke`` (engine/cli/root.py, web/serve.py)."""
+
 from __future__ import annotations
 
 import json
@@ -72,10 +73,13 @@ def test_user_revoke_removes_the_user_and_their_tokens(cli):
     assert engine.users.authenticate(token) is None
 
 
-@pytest.mark.parametrize("args, message", [
-    (["user", "add", "no spaces allowed"], "user name must be"),
-    (["user", "revoke", "nobody"], "no user 'nobody'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["user", "add", "no spaces allowed"], "user name must be"),
+        (["user", "revoke", "nobody"], "no user 'nobody'"),
+    ],
+)
 def test_user_command_errors_are_one_line(cli, args, message):
     run, _ = cli
     result = run(*args, "--app", APP)
@@ -93,8 +97,9 @@ def test_commands_without_an_app_fail_in_one_line(monkeypatch):
 
 def test_web_without_gunicorn_serves_with_flasks_threaded_server_and_warns(cli, monkeypatch, caplog):
     run, engine = cli
-    import ghostless.web.serve
     from flask import Flask
+
+    import ghostless.web.serve
 
     calls = []
     monkeypatch.setattr(ghostless.web.serve, "gunicorn_available", lambda: False)
@@ -114,15 +119,36 @@ def test_web_serves_the_api_and_live_events_with_gunicorn(redis_server):
     engine = register_test_types(Engine(client, namespace="t", dispatcher=None))
     token = engine.users.add("alice")
     port = free_port()
-    env = {**os.environ, "GHOSTLESS_REDIS_URL": redis_server.url, "GHOSTLESS_TEST_NS": "t",
-           "GHOSTLESS_SECRET_KEY": "k", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "GHOSTLESS_REDIS_URL": redis_server.url,
+        "GHOSTLESS_TEST_NS": "t",
+        "GHOSTLESS_SECRET_KEY": "k",
+        "PYTHONPATH": str(ROOT),
+    }
     env.pop("GHOSTLESS_TEST_FAKE", None)
-    proc = Proc([sys.executable, "-m", "ghostless", "web", "--app", APP, "--port", str(port), "--workers", "1",
-                 "--threads", "4"], env)
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "ghostless",
+            "web",
+            "--app",
+            APP,
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--threads",
+            "4",
+        ],
+        env,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _get(base + "/healthz") == (200, {"status": "ok"}), timeout=20,
-                   what="gunicorn to serve /healthz")
+        wait_until(
+            lambda: _get(base + "/healthz") == (200, {"status": "ok"}), timeout=20, what="gunicorn to serve /healthz"
+        )
         assert _get(base + "/readyz")[0] == 200
         task = engine.submit("render", {"prompt": "p"}, owner="alice")
         headers = {"Authorization": f"Bearer {token}"}
@@ -249,8 +275,23 @@ def test_a_real_multi_process_web_without_a_key_exits_at_once_with_one_line(redi
     env = {**os.environ, "GHOSTLESS_REDIS_URL": redis_server.url, "GHOSTLESS_TEST_NS": "t", "PYTHONPATH": str(ROOT)}
     for name in ("GHOSTLESS_SECRET_KEY", "GHOSTLESS_TEST_FAKE"):
         env.pop(name, None)
-    proc = Proc([sys.executable, "-m", "ghostless", "web", "--app", APP, "--port", str(free_port()),
-                 "--workers", "2", "--threads", "2"], env)
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "ghostless",
+            "web",
+            "--app",
+            APP,
+            "--port",
+            str(free_port()),
+            "--workers",
+            "2",
+            "--threads",
+            "2",
+        ],
+        env,
+    )
     try:
         wait_until(lambda: not proc.alive(), timeout=30, what="the web command to refuse and exit")
         assert proc.popen.returncode == 2

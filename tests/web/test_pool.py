@@ -1,11 +1,13 @@
 """The web's bounded Redis (web/pool.py): the app's engine read through a pool of its own that
 openers wait on, never more connections than its size, and the user's engine object unchanged."""
+
 from __future__ import annotations
 
 import threading
 
 import pytest
 import redis
+
 from ghostless import State
 from ghostless.web.pool import BoundedEngine, bounded_engine
 
@@ -44,7 +46,6 @@ def test_the_engines_methods_run_on_the_bounded_client_and_see_what_is_set_on_th
 
 def test_many_concurrent_readers_share_the_pools_connections_and_wait_rather_than_fail(redis_server):
     from ghostless import Engine
-
     from tests.conftest import register_test_types
 
     client = redis_server.client()
@@ -61,6 +62,7 @@ def test_many_concurrent_readers_share_the_pools_connections_and_wait_rather_tha
                 assert web.get(task.id).id == task.id
         except Exception as e:  # noqa: BLE001 - collected and asserted below
             errors.append(e)
+
     threads = [threading.Thread(target=read) for _ in range(50)]
     for t in threads:
         t.start()

@@ -2,6 +2,7 @@
 processes on free loopback ports: slow or silent clients, one user's many streams and
 long-polls, and a long-poll whose client leaves must not stop /healthz or other users; access
 logs never carry login codes."""
+
 from __future__ import annotations
 
 import json
@@ -38,13 +39,21 @@ def start_web(redis_server):
         if server == "gevent":
             pytest.importorskip("gevent")
         port = free_port()
-        full_env = {**os.environ, "GHOSTLESS_REDIS_URL": redis_server.url, "GHOSTLESS_TEST_NS": "t",
-                    "GHOSTLESS_SECRET_KEY": "k", "PYTHONUNBUFFERED": "1",
-                    "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), **env}
+        full_env = {
+            **os.environ,
+            "GHOSTLESS_REDIS_URL": redis_server.url,
+            "GHOSTLESS_TEST_NS": "t",
+            "GHOSTLESS_SECRET_KEY": "k",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+            **env,
+        }
         for name in ("GHOSTLESS_TEST_FAKE", "GHOSTLESS_HELD_MAX"):
             full_env.pop(name, None)
-        proc = Proc([sys.executable, "-m", "ghostless", "web", "--app", APP, "--port", str(port),
-                     "--server", server, *args], full_env)
+        proc = Proc(
+            [sys.executable, "-m", "ghostless", "web", "--app", APP, "--port", str(port), "--server", server, *args],
+            full_env,
+        )
         procs.append(proc)
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: get(base, "/healthz")[0] == 200, timeout=30, what="the web server to answer")
@@ -82,7 +91,7 @@ def first_answers(socks: list[socket.socket], timeout: float = 4.0) -> list[byte
     """What the server sent first on each socket, read side by side until a common deadline: a
     status line and, for a stream, up to its first ``retry:`` line (a refused stream ends there;
     an open one goes on; a long-poll held open has sent nothing)."""
-    data = {sock: b"" for sock in socks}
+    data = dict.fromkeys(socks, b"")
 
     def complete(d: bytes) -> bool:
         return b"retry: " in d or (d.startswith(b"HTTP/1.1 4") and b"\r\n\r\n" in d)
@@ -109,8 +118,11 @@ def others_are_served(base: str, token: str, task_id: str) -> None:
 
 
 @pytest.mark.parametrize("server", ["gthread", "gevent"])
-@pytest.mark.parametrize("opening", [b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", b""],
-                         ids=["half-sent-heads", "silent-connections"])
+@pytest.mark.parametrize(
+    "opening",
+    [b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", b""],
+    ids=["half-sent-heads", "silent-connections"],
+)
 def test_slow_clients_without_a_login_do_not_stop_healthz_or_other_users(start_web, server, opening):
     engine, start = start_web
     token = engine.users.add("bob")
@@ -140,8 +152,10 @@ def test_a_request_body_that_stalls_is_refused_after_the_client_timeout(start_we
     engine, start = start_web
     token = engine.users.add("alice")
     _, port, _ = start("gthread", GHOSTLESS_CLIENT_TIMEOUT="1")
-    head = (f"POST /api/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+    head = (
+        f"POST /api/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    )
     with connect(port, head.encode() + b'{"type": "ren') as stalled:
         stalled.settimeout(4)  # before, the thread waited for the other 87 bytes for ever
         assert stalled.recv(100).startswith(b"HTTP/1.1 400")  # werkzeug: the body ended early
@@ -181,8 +195,11 @@ def test_a_long_poll_whose_client_closed_frees_its_slot_at_once(start_web, serve
     probe = f"/api/tasks/{task.id}?wait=1&version={task.version + 1000}"
     for _ in range(5):  # bounded: a probe may (rarely) take the slot just as the long-poll asks for it
         waiting = connect(port, request(f"/api/tasks/{task.id}?wait=30", token))
-        held = wait_until(lambda: get(base, probe, token)[0] == 429 or first_answers([waiting], 0.01)[0],
-                          timeout=10, what="the long-poll to hold the slot")
+        held = wait_until(
+            lambda: get(base, probe, token)[0] == 429 or first_answers([waiting], 0.01)[0],
+            timeout=10,
+            what="the long-poll to hold the slot",
+        )
         if held is True:
             break
         waiting.close()  # refused (a probe held the slot): ask again
@@ -206,9 +223,9 @@ def test_login_codes_never_reach_the_access_log(start_web, server):
 
 
 def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
-    import fakeredis
     import threading
 
+    import fakeredis
     from flask import Flask
     from werkzeug.serving import make_server
 
@@ -227,7 +244,9 @@ def test_the_development_server_redacts_login_codes_too(monkeypatch, caplog):
     monkeypatch.setattr(Flask, "run", run)
     caplog.set_level("INFO", logger="werkzeug")
     port = free_port()
-    serving = threading.Thread(target=ghostless.web.serve.serve, args=(engine, None, "127.0.0.1", port, 1, 4), daemon=True)
+    serving = threading.Thread(
+        target=ghostless.web.serve.serve, args=(engine, None, "127.0.0.1", port, 1, 4), daemon=True
+    )
     serving.start()
     try:
         wait_until(lambda: servers, timeout=10, what="the development server")

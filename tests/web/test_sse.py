@@ -1,15 +1,16 @@
 """Live status over SSE (web/sse.py on web/broker.py): snapshot first, one event per change,
 resume with Last-Event-ID (exactly the missed events), the end after a terminal state, the
 all-tasks feed with composite ids, and slow clients dropped without growth."""
+
 from __future__ import annotations
 
 import pytest
 
 from ghostless import Config, State
-from tests.support.snapshots import sibling
-from tests.support.wait import wait_until
 from ghostless.web.positions import Positions
 from ghostless.web.sse import task_stream
+from tests.support.snapshots import sibling
+from tests.support.wait import wait_until
 
 from .helpers import task_in
 from .sse_client import open_sse
@@ -30,8 +31,7 @@ def test_a_task_stream_starts_with_a_snapshot_of_the_task_and_its_history(client
     stream.close()
 
 
-def test_each_change_is_one_event_with_its_stream_id_and_the_stream_ends_after_a_terminal_state(
-        client, engine, auth):
+def test_each_change_is_one_event_with_its_stream_id_and_the_stream_ends_after_a_terminal_state(client, engine, auth):
     task = task_in(engine, State.PENDING)
     stream = open_sse(client, f"/api/tasks/{task.id}/events", headers=auth["alice"])
     assert stream.next()["event"] == "snapshot"
@@ -41,9 +41,12 @@ def test_each_change_is_one_event_with_its_stream_id_and_the_stream_ends_after_a
     other = engine.submit("render", {"prompt": "other"}, owner="alice")  # not this task's
     engine.complete(lease, {"url": "s3://cat"})
     events = stream.rest()
-    assert [(e["event"], e["data"].get("to"), e["data"].get("stage"), e["data"].get("progress"))
-            for e in events] == [("transition", "PROCESSING", None, None), ("stage", "", "generating", None),
-                                 ("progress", "", "generating", 0.5), ("transition", "SUCCESS", "generating", None)]
+    assert [(e["event"], e["data"].get("to"), e["data"].get("stage"), e["data"].get("progress")) for e in events] == [
+        ("transition", "PROCESSING", None, None),
+        ("stage", "", "generating", None),
+        ("progress", "", "generating", 0.5),
+        ("transition", "SUCCESS", "generating", None),
+    ]
     assert all(e["data"]["task_id"] == task.id for e in events)
     assert [e["id"] for e in events] == [e["data"]["stream_id"] for e in events]
     assert [e["data"]["version"] for e in events] == [2, 3, 4, 5]
@@ -62,8 +65,11 @@ def test_an_edited_tasks_stream_ends_with_its_cancellation(client, engine, auth)
     stream.next()
     new = engine.edit(task.id, {"prompt": "a dog"}, by="alice")
     [event] = stream.rest()
-    assert (event["data"]["verb"], event["data"]["to"], event["data"]["reason"]) == \
-        ("edit", "CANCELLED", f"superseded by {new.id}")
+    assert (event["data"]["verb"], event["data"]["to"], event["data"]["reason"]) == (
+        "edit",
+        "CANCELLED",
+        f"superseded by {new.id}",
+    )
 
 
 @pytest.mark.parametrize("how", ["header", "query"])
@@ -106,8 +112,7 @@ def test_resuming_before_the_terminal_event_replays_it_and_ends(client, engine, 
     submitted = stream_ids(engine)[-1]
     lease = engine.claim(task.id, "w1")
     engine.fail(lease, "boom", "broken", retryable=False)
-    stream = open_sse(client, f"/api/tasks/{task.id}/events",
-                      headers={**auth["alice"], "Last-Event-ID": submitted})
+    stream = open_sse(client, f"/api/tasks/{task.id}/events", headers={**auth["alice"], "Last-Event-ID": submitted})
     assert [e["data"]["to"] for e in stream.rest()] == ["PROCESSING", "FAILED"]
 
 
@@ -168,8 +173,7 @@ def test_the_feed_starts_ready_and_carries_events_of_every_queue_with_composite_
     brief = engine.submit("brief", {}, owner="alice")
     events = sorted(feed.take(2), key=lambda e: e["data"]["queue"])
     feed.close()
-    assert [(e["data"]["queue"], e["data"]["task_id"]) for e in events] == [("images", image.id),
-                                                                            ("other", brief.id)]
+    assert [(e["data"]["queue"], e["data"]["task_id"]) for e in events] == [("images", image.id), ("other", brief.id)]
     last = Positions.parse(max(events, key=lambda e: len(e["id"]))["id"])
     assert last.queues == {"images": stream_ids(engine, "images")[-1], "other": stream_ids(engine, "other")[-1]}
 
@@ -181,8 +185,11 @@ def test_resuming_the_feed_replays_exactly_the_missed_events_across_queues(clien
     seen = feed.next()
     assert seen["data"]["task_id"] == first.id
     feed.close()
-    missed = [engine.submit("brief", {}, owner="alice").id, engine.submit("render", {"prompt": "2"}, owner="alice").id,
-              engine.submit("brief", {}, owner="alice").id]
+    missed = [
+        engine.submit("brief", {}, owner="alice").id,
+        engine.submit("render", {"prompt": "2"}, owner="alice").id,
+        engine.submit("brief", {}, owner="alice").id,
+    ]
     engine.submit("render", {"prompt": "bob's"}, owner="bob")
     feed = open_sse(client, "/api/events", headers={**auth["alice"], "Last-Event-ID": seen["id"]})
     replayed = feed.take(3)
@@ -196,7 +203,7 @@ def test_a_position_past_every_event_starts_over_and_still_sees_the_end(client, 
     # Not an id this server sent (or one Redis lost in a restart): resuming from it would skip
     # every event up to it, the terminal one included, and the stream would never end.
     task = task_in(engine, State.PENDING)
-    end = f"{2 ** 64 - 1}-{2 ** 64 - 1}"
+    end = f"{2**64 - 1}-{2**64 - 1}"
     stream = open_sse(client, f"/api/tasks/{task.id}/events", headers={**auth["alice"], "Last-Event-ID": end})
     assert stream.next()["event"] == "snapshot"
     engine.complete(engine.claim(task.id, "w1"), {})
@@ -250,8 +257,9 @@ def test_a_dropped_stream_ends_after_its_buffer_and_resumes_from_its_last_id(mak
     wait_until(lambda: broker.subscribers() == 0, what="the slow stream dropped")
     buffered = stream.rest()
     assert len(buffered) == 3
-    resumed = open_sse(client, f"/api/tasks/{task.id}/events",
-                       headers={**auth["alice"], "Last-Event-ID": buffered[-1]["id"]})
+    resumed = open_sse(
+        client, f"/api/tasks/{task.id}/events", headers={**auth["alice"], "Last-Event-ID": buffered[-1]["id"]}
+    )
     rest = resumed.take(5)
     assert [e["data"]["progress"] for e in buffered + rest] == [i / 10 for i in range(1, 9)]
     resumed.close()

@@ -2,6 +2,7 @@
 after its credential is gone, whatever its keep-alive interval; streams and long-polls are
 capped per user and per process, refused so that clients come back later, and give their
 slot back however they end."""
+
 from __future__ import annotations
 
 import threading
@@ -11,9 +12,9 @@ import pytest
 import redis
 
 from ghostless import State
-from tests.support.wait import wait_until
 from ghostless.web.held import LONGPOLL, STREAM, Held
 from ghostless.web.sse import CREDENTIAL_CHECK
+from tests.support.wait import wait_until
 
 from .helpers import task_in
 from .sse_client import open_sse
@@ -28,7 +29,8 @@ def held(app):
 @pytest.mark.parametrize("how", ["revoke", "logout"])
 @pytest.mark.parametrize("path", ["/api/events", "/api/tasks/{id}/events"])
 def test_an_idle_stream_ends_within_the_credential_check_after_a_revocation_or_logout(
-        make_app, engine, tokens, path, how):
+    make_app, engine, tokens, path, how
+):
     app = make_app(GHOSTLESS_SSE_KEEPALIVE=15.0)  # the default: before, the check waited for this tick
     task = task_in(engine, State.PROCESSING)
     browser = app.test_client()
@@ -108,8 +110,9 @@ def test_a_long_poll_past_the_users_cap_is_answered_at_once_with_429_and_retry_a
     client = app.test_client()
     task = task_in(engine, State.PENDING)
     answers = []
-    waiting = threading.Thread(target=lambda: answers.append(
-        client.get(f"/api/tasks/{task.id}?wait=5", headers=auth["alice"])))
+    waiting = threading.Thread(
+        target=lambda: answers.append(client.get(f"/api/tasks/{task.id}?wait=5", headers=auth["alice"]))
+    )
     waiting.start()
     wait_until(lambda: held(app).count(LONGPOLL, "alice") == 1, what="the first long-poll waiting")
     refused = client.get(f"/api/tasks/{task.id}?wait=5", headers=auth["alice"])
@@ -158,14 +161,16 @@ def test_a_stream_opening_while_the_web_pool_is_exhausted_is_told_to_retry_not_r
 
 
 @pytest.mark.parametrize("error", [redis.ConnectionError("No connection available."), redis.TimeoutError("slow")])
-def test_a_redis_failure_at_a_streams_opening_read_is_a_retry_and_frees_its_slot(app, client, engine, auth,
-                                                                                  monkeypatch, error):
+def test_a_redis_failure_at_a_streams_opening_read_is_a_retry_and_frees_its_slot(
+    app, client, engine, auth, monkeypatch, error
+):
     import ghostless.web.sse
 
     task = task_in(engine, State.PROCESSING)
 
     def failing(*args, **kwargs):
         raise error
+
     monkeypatch.setattr(ghostless.web.sse.wq, "snapshot", failing)
     refused = client.get(f"/api/tasks/{task.id}/events", headers=auth["alice"])
     assert (refused.status_code, refused.get_data(as_text=True)) == (200, UNAVAILABLE)
