@@ -55,7 +55,7 @@ demo: $(STAMP)
 	$(BIN)/python -m ghostless.demo $(ARGS)
 
 # Every benchmark, each beside its baseline, written to docs/benchmarks.md (several minutes; installs the
-# pyproject [bench] extras: flask-sse and gevent for bench/sse.py).
+# pyproject [bench] extras: flask-sse for bench/sse.py; gevent is a runtime dependency).
 # One of them: make bench ARGS=core.py
 bench: $(STAMP)
 	$(BIN)/pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['bench']))")

@@ -51,7 +51,7 @@ from bench._common import (
     verdict,
     verify_shim,
 )
-from ghostless.core.scripts import source
+from ghostless.core.lua_source import source
 
 ROUNDS = 7
 BATCH = 100

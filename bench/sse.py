@@ -197,6 +197,8 @@ def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
             str(port),
             "--workers",
             "1",
+            "--server",
+            "gthread",
             "--threads",
             str(n + 64),
             "--log-level",

@@ -52,7 +52,7 @@ def test_the_wheel_runs_beside_packages_named_web_and_engine(wheel, tmp_path):
         (site / other / "__init__.py").write_text("raise ImportError('not ghostless')\n")
     code = (
         "import ghostless, ghostless.web, ghostless.cli; from ghostless import Engine; "
-        "from ghostless.core.scripts import source; source('claim'); ghostless.web.create_app"
+        "from ghostless.core.lua_source import source; source('claim'); ghostless.web.create_app"
     )
     env = dict(os.environ, PYTHONPATH=str(site))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env)

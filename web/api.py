@@ -162,7 +162,7 @@ def _wait_for_change(task_id: str, wait: float, version: int | None) -> None:
     at once, not after ``wait``.
     """
     broker = get_broker()
-    sub = broker.subscribe(lambda ev: ev["task_id"] == task_id)
+    sub = broker.subscribe(task_id=task_id)
     try:
         current = _version(task_id)
         version = current if version is None else version

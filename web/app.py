@@ -22,6 +22,9 @@
   of both together per process; ``GHOSTLESS_BUSY_RETRY_MS`` (10000): when a refused stream's
   EventSource reconnects, and a refused long-poll's Retry-After. These four also come from the
   environment variables of the same names (so ``ghostless web`` can set them).
+- ``GHOSTLESS_REDIS_CONNECTIONS`` (8; 0: the app's own client), ``GHOSTLESS_REDIS_WAIT`` (30 s): the
+  web's bounded Redis pool and how long a request waits for a connection (web/pool.py); also
+  from the environment.
 - ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes
   ``/metrics`` with; ``GHOSTLESS_METRICS_PUBLIC`` (else env ``GHOSTLESS_METRICS_PUBLIC=1``):
   serve /metrics to anyone. Without either, only admins may read it (web/metrics.py).
@@ -42,7 +45,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from ghostless.core.app import AppError
 
-from . import admin, api, auth, deps, errors, health, held, limits, metrics, pages, quotas, sse
+from . import admin, api, auth, deps, errors, health, held, limits, metrics, pages, pool, quotas, sse
 
 log = logging.getLogger("ghostless.web")
 
@@ -63,8 +66,9 @@ DEFAULTS = {
     "GHOSTLESS_PROXIES": 0,
     **limits.DEFAULTS,
     **held.DEFAULTS,
+    **pool.DEFAULTS,
 }
-NUMBERS_FROM_ENV = ("GHOSTLESS_PROXIES", *limits.DEFAULTS, *held.DEFAULTS)
+NUMBERS_FROM_ENV = ("GHOSTLESS_PROXIES", *limits.DEFAULTS, *held.DEFAULTS, *pool.DEFAULTS)
 
 
 def create_app(config: dict | None = None) -> Flask:

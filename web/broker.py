@@ -1,8 +1,9 @@
 """SSE fan-out: one stream reader thread per web process, bounded buffers per client.
 
 The reader holds one Redis connection of its own and runs ``XREAD BLOCK`` over every
-queue's event stream; each event goes to the subscribers whose filter accepts it. A
-subscriber's buffer holds at most ``limit`` events: a client that stops reading is dropped
+queue's event stream. Subscribers are indexed by what they watch: one task, one owner's tasks,
+or everything (admins), so an event costs O(subscribers who want it), not a filter call per
+subscriber. A subscriber's buffer holds at most ``limit`` events: a client that stops reading is dropped
 (its buffer never grows past the bound) and reconnects with ``Last-Event-ID``, replaying
 what it missed from the stream itself. No browser holds a Redis connection.
 """
@@ -13,13 +14,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 
 import redis as redis_lib
 
 from ghostless.core.clock import retry_delay, server_ms
 from ghostless.core.streams import MAX_SEQ, stream_event
 from ghostless.core.text import text
+
+from .pool import own_client
 
 log = logging.getLogger("ghostless.web.broker")
 
@@ -29,10 +31,11 @@ class Dropped(Exception):
 
 
 class Subscriber:
-    """One client's bounded buffer; the broker thread offers, the client's thread takes."""
+    """One client's bounded buffer; the broker thread offers, the client's thread takes.
+    ``index`` is what it watches: ("task", id), ("owner", name) or ("all", "")."""
 
-    def __init__(self, accepts: Callable[[dict], bool], limit: int):
-        self.accepts = accepts
+    def __init__(self, limit: int, index: tuple[str, str] = ("all", "")):
+        self.index = index
         self.limit = limit
         self.dropped = False
         self._events: deque[dict] = deque()
@@ -68,15 +71,6 @@ class Subscriber:
         return len(self._events)
 
 
-def own_client(client, socket_timeout: float):
-    """A client on the same server as ``client`` with a pool (and so connections) of its own."""
-    pool = client.connection_pool
-    kwargs = {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(("maint_notifications", "orig_"))}
-    kwargs["socket_timeout"] = max(kwargs.get("socket_timeout") or 0, socket_timeout)
-    new_pool = pool.__class__(connection_class=pool.connection_class, max_connections=2, **kwargs)
-    return type(client)(connection_pool=new_pool)
-
-
 class Broker:
     """Reads every queue's event stream once and fans events out to subscribers.
 
@@ -89,7 +83,9 @@ class Broker:
 
     def __init__(self, engine, block_ms: int = 5000, limit: int = 1000, batch: int = 500):
         self.engine, self.block_ms, self.limit, self.batch = engine, int(block_ms), int(limit), batch
-        self._subs: set[Subscriber] = set()
+        # kind ("task", "owner", "all") -> watched value -> its subscribers
+        self._index: dict[str, dict[str, set[Subscriber]]] = {"task": {}, "owner": {}, "all": {}}
+        self._count = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -98,25 +94,53 @@ class Broker:
         self._start_id = ""
         self._refreshed = 0.0
 
-    def subscribe(self, accepts: Callable[[dict], bool], limit: int | None = None) -> Subscriber:
-        """A new subscriber, fed every event read from now on that ``accepts`` takes, with a
-        buffer of ``limit`` events (default: the broker's)."""
-        sub = Subscriber(accepts, limit or self.limit)
+    def subscribe(
+        self,
+        *,
+        task_id: str | None = None,
+        owner: str | None = None,
+        everything: bool = False,
+        limit: int | None = None,
+    ) -> Subscriber:
+        """A new subscriber fed, from now on, every event of the task ``task_id``, or of ``owner``'s
+        tasks, or (``everything=True``) every event; with a buffer of ``limit`` events (default:
+        the broker's). Exactly one of the three."""
+        if sum((task_id is not None, owner is not None, bool(everything))) != 1:
+            raise ValueError("subscribe to one of task_id=, owner= or everything=True")
+        index = ("task", task_id) if task_id is not None else ("owner", owner) if owner is not None else ("all", "")
+        sub = Subscriber(limit or self.limit, index)
         with self._lock:
             if self._stop.is_set():
                 raise RuntimeError("broker is closed")
             if self._thread is None:
                 self._start()  # may raise (Redis down): then nothing is subscribed
-            self._subs.add(sub)
+            self._index[index[0]].setdefault(index[1], set()).add(sub)
+            self._count += 1
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
+        """Stop feeding ``sub`` (again: nothing)."""
+        kind, value = sub.index
         with self._lock:
-            self._subs.discard(sub)
+            subs = self._index[kind].get(value)
+            if subs is None or sub not in subs:
+                return
+            subs.discard(sub)
+            self._count -= 1
+            if not subs:
+                del self._index[kind][value]
 
     def subscribers(self) -> int:
         with self._lock:
-            return len(self._subs)
+            return self._count
+
+    def wanting(self, event: dict) -> list[Subscriber]:
+        """The subscribers ``event`` goes to: its task's, its owner's and everything's."""
+        with self._lock:
+            found = []
+            for kind, value in (("task", event["task_id"]), ("owner", event["owner"]), ("all", "")):
+                found.extend(self._index[kind].get(value, ()))
+            return found
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the reader thread (it ends after its current XREAD) and close its connection."""
@@ -175,14 +199,7 @@ class Broker:
                 self._fan_out(event)
 
     def _fan_out(self, event: dict) -> None:
-        with self._lock:
-            subs = list(self._subs)
-        for sub in subs:
-            try:
-                wanted = sub.accepts(event)
-            except Exception:  # one bad filter must not starve the others
-                log.exception("subscriber filter failed")
-                wanted = False
-            if wanted and not sub.offer(event):
+        for sub in self.wanting(event):
+            if not sub.offer(event):
                 log.info("dropped a slow SSE client (%d events behind)", sub.limit)
                 self.unsubscribe(sub)

@@ -1,7 +1,8 @@
 """The one accessor for the engine and the SSE broker of an app (as flaskr's ``get_db``).
 
 Both are made once per app (per process), on first use: the engine from
-``GHOSTLESS_ENGINE`` or else the app named by ``GHOSTLESS_APP``; the broker's reader
+``GHOSTLESS_ENGINE`` or else the app named by ``GHOSTLESS_APP``, read through the web's own
+bounded Redis pool (web/pool.py); the broker's reader
 thread starts with its first subscriber, so a process that serves no stream runs none
 (and gunicorn workers start theirs after the fork).
 """
@@ -16,12 +17,13 @@ from ghostless.core.app import load_app
 from ghostless.core.engine import Engine
 
 from .broker import Broker
+from .pool import bounded_engine
 
 
 class Deps:
     def __init__(self, app: Flask):
         self.config = app.config
-        self._engine: Engine | None = app.config.get("GHOSTLESS_ENGINE")
+        self._engine: Engine | None = None
         self._broker: Broker | None = None
         self._lock = threading.Lock()
 
@@ -30,7 +32,12 @@ class Deps:
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
-                    self._engine = load_app(self.config.get("GHOSTLESS_APP"))
+                    engine = self.config.get("GHOSTLESS_ENGINE")
+                    if engine is None:
+                        engine = load_app(self.config.get("GHOSTLESS_APP"))
+                    self._engine = bounded_engine(
+                        engine, self.config["GHOSTLESS_REDIS_CONNECTIONS"], self.config["GHOSTLESS_REDIS_WAIT"]
+                    )
         return self._engine
 
     @property

@@ -8,7 +8,7 @@ import redis
 from flask import Blueprint, jsonify
 
 from ghostless.core.app import AppError
-from ghostless.core.scripts import script_shas
+from ghostless.core.lua_source import script_shas
 
 from .deps import get_engine
 from .errors import error_response

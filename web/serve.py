@@ -1,17 +1,21 @@
-"""Serving the app: gunicorn with threaded (gthread) workers when installed, else Flask's
-threaded development server with a warning; or gunicorn's gevent workers (``--server gevent``).
+"""Serving the app: gunicorn's gevent workers by default (each connection a greenlet, up to
+``connections`` per process: thousands of open streams); gunicorn's threaded (gthread) workers
+with ``server="gthread"`` (each stream or long-poll holds a thread: for debugging); Flask's
+threaded development server, with a warning, only when gunicorn is not installed.
 
-gthread: each SSE stream or long-poll holds one worker thread while it is open. gevent: each
-connection is a greenlet (``connections`` per process), for many open streams (bench/sse.py
-measures both). Either way every process runs one stream reader (web/broker.py) whatever the
-number of streams. Workers build their app after the fork (no preload), so no Redis connection or
-thread crosses a fork.
+gevent needs an app spec (``--app`` / ``GHOSTLESS_APP``): it re-executes gunicorn in a fresh
+interpreter, which loads the app again. Without a spec (``serve(engine, None, ...)`` from
+Python), or without gevent installed, it serves with gthread workers (forked copies of
+``engine``), with a warning. Every process runs one stream reader (web/broker.py) whatever the
+number of streams, and Redis through a small bounded pool (web/pool.py). Workers build their
+app after the fork (no preload), so no Redis connection or thread crosses a fork.
 
 Under abuse: streams and long-polls together may hold at most ``held_cap(threads)`` (gthread) or
 ``held_cap(connections)`` (gevent) per process (web/held.py; env ``GHOSTLESS_HELD_MAX``
 overrides), so short requests always find a thread; gthread reads request heads without a thread
-(web/threadworker.py), gevent bounds a head read by ``keepalive``; idle kept-alive connections
-close after KEEPALIVE seconds; access logs redact login codes (web/accesslog.py).
+(web/threadworker.py), gevent bounds a head read (and an idle kept-alive connection) by the same
+GHOSTLESS_CLIENT_TIMEOUT; gthread's idle kept-alive connections close after KEEPALIVE seconds;
+access logs redact login codes (web/accesslog.py).
 """
 
 from __future__ import annotations
@@ -22,12 +26,17 @@ import sys
 
 log = logging.getLogger("ghostless.web")
 KEEPALIVE = 2  # s an idle kept-alive connection stays open (gevent: also the bound on reading a request head)
+# gevent connections per process: 11,000 streams (held_cap) and 1,000 short requests, within a
+# 20,000 open-files limit with room for Redis, logs and the listener (FD_SPARE).
+CONNECTIONS = 12000
+FD_SPARE = 64
+SERVERS = ("gevent", "gthread")
 
 
 def held_cap(slots: int) -> int:
     """Streams and long-polls one process may hold out of ``slots`` threads (or connections):
-    a quarter (at least 2) stays free for short requests such as /healthz."""
-    return max(1, slots - max(2, slots // 4))
+    a quarter (at least 2, at most 1,000) stays free for short requests such as /healthz."""
+    return max(1, slots - max(2, min(slots // 4, 1000)))
 
 
 def _cap_held(slots: int) -> None:
@@ -42,6 +51,14 @@ def gunicorn_available() -> bool:
     return True
 
 
+def gevent_available() -> bool:
+    try:
+        import gevent  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def serve(
     engine,
     app_spec: str | None,
@@ -49,25 +66,33 @@ def serve(
     port: int,
     workers: int,
     threads: int,
-    server: str = "gthread",
-    connections: int = 1000,
+    server: str = "gevent",
+    connections: int = CONNECTIONS,
 ) -> None:
-    """Run the web app until interrupted. ``engine`` is the already loaded app (the dev
-    server serves it; gunicorn workers load ``app_spec`` again, each in its own process).
+    """Run the web app until interrupted. ``engine`` is the already loaded app (the dev server
+    and gthread without ``app_spec`` serve it; otherwise gunicorn workers load ``app_spec`` again,
+    each in its own process).
 
-    Raises RuntimeError when ``server="gevent"`` cannot run (no gunicorn or gevent, no app_spec),
-    or when several processes would start without a shared secret key.
+    Raises RuntimeError for an unknown ``server``, or when several processes would start
+    without a shared secret key.
     """
-    if server == "gevent" or gunicorn_available():
-        require_shared_secret(workers)
-    if server == "gevent":
-        _gevent(app_spec, host, port, workers, connections)
-        return
+    if server not in SERVERS:
+        raise RuntimeError(f"unknown server {server!r}: one of {', '.join(SERVERS)}")
     if gunicorn_available():
+        require_shared_secret(workers)
+        if server == "gevent" and app_spec and gevent_available():
+            _gevent(app_spec, host, port, workers, connections)
+            return
+        if server == "gevent":
+            log.warning(
+                "serving with gthread workers (%d streams per process at most): the gevent server needs %s",
+                held_cap(threads),
+                "gevent (pip install gevent)" if app_spec else "an app spec (--app or GHOSTLESS_APP)",
+            )
         if app_spec:
             os.environ["GHOSTLESS_APP"] = app_spec
         _cap_held(threads)
-        _gunicorn(host, port, workers, threads)
+        _gunicorn(host, port, workers, threads, None if app_spec else engine)
         return
     log.warning(
         "gunicorn is not installed: serving with Flask's development server (one process, "
@@ -92,7 +117,7 @@ def require_shared_secret(workers: int) -> None:
         )
 
 
-def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:
+def _gunicorn(host: str, port: int, workers: int, threads: int, engine=None) -> None:
     from gunicorn.app.base import BaseApplication
 
     from .accesslog import RedactingLogger
@@ -136,21 +161,47 @@ def _gunicorn(host: str, port: int, workers: int, threads: int) -> None:
         def load(self):
             from .app import create_app
 
-            return create_app()
+            return create_app({"GHOSTLESS_ENGINE": engine} if engine is not None else None)
 
     App().run()
 
 
-def _gevent(app_spec: str | None, host: str, port: int, workers: int, connections: int) -> None:
+def raise_open_files(need: int) -> int:
+    """Raise this process's soft open-files limit (RLIMIT_NOFILE) to ``need``, as far as the hard
+    limit allows (the exec'd gunicorn and its workers inherit it); returns the soft limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        soft = need if hard == resource.RLIM_INFINITY else min(hard, need)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return soft
+
+
+def _gevent(app_spec: str, host: str, port: int, workers: int, connections: int) -> None:
     """Replace this process with gunicorn's gevent workers in a fresh interpreter: gevent must
     patch the standard library before anything (redis, ssl, threading) is imported, and this
     process has already loaded the app. The broker's reader thread becomes a greenlet."""
+    import resource
+
+    from .threadworker import client_timeout
+
     try:
-        import gevent  # noqa: F401
-    except ImportError:
-        raise RuntimeError("--server gevent needs gevent: pip install 'ghostless[gevent]'") from None
-    if not gunicorn_available() or not app_spec:
-        raise RuntimeError("--server gevent needs gunicorn and --app (or GHOSTLESS_APP)")
+        # A request head must be in within the client timeout, as with gthread (gunicorn's gevent
+        # worker bounds it by keepalive). Not 2 s: in a reconnect storm a saturated process may
+        # not read a head that arrived at once for seconds, and would drop it (a reset).
+        head_timeout = client_timeout()
+    except ValueError as e:
+        raise RuntimeError(str(e)) from None
+    limit = raise_open_files(connections + FD_SPARE)
+    if limit != resource.RLIM_INFINITY and limit < connections + FD_SPARE:
+        log.warning(
+            "open-files limit %d is below --connections %d + %d: connections past it will be refused "
+            "(raise the hard limit: ulimit -Hn, or the container's nofile)",
+            limit,
+            connections,
+            FD_SPARE,
+        )
     os.environ["GHOSTLESS_APP"] = app_spec
     _cap_held(connections)
     package = __name__.rsplit(".", 1)[0]
@@ -171,7 +222,7 @@ def _gevent(app_spec: str | None, host: str, port: int, workers: int, connection
         "--graceful-timeout",
         "5",
         "--keep-alive",
-        str(KEEPALIVE),
+        f"{head_timeout:g}",
         "--access-logfile",
         "-",
         "--error-logfile",

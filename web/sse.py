@@ -73,21 +73,37 @@ def _stream(generator) -> Response:
     )
 
 
-def _held_stream(make) -> Response:
-    """The stream ``make(gone)`` builds, holding one of the caller's stream slots until its
-    response closes; past a cap (web/held.py) a stream that tells EventSource to come back in
-    GHOSTLESS_BUSY_RETRY_MS and ends at once (a 200: an error status would make it give up)."""
+def retry_later(why: str) -> Response:
+    """The refusal EventSource survives: 200, a comment saying ``why``, ``retry:`` (come back in
+    GHOSTLESS_BUSY_RETRY_MS) and the end. Any non-200 status would make it give up for good."""
+    return _stream([format_comment(why), format_event(retry=busy_retry_ms())])
+
+
+@bp.errorhandler(redis.ConnectionError)
+@bp.errorhandler(redis.TimeoutError)
+def _redis_unavailable(e):
+    """Redis unreachable, slow, or the web's pool busy past its wait (web/pool.py) while a stream
+    opens (its credential check included): come back later, as from a cap."""
+    log.warning("stream refused, to be retried: Redis unavailable: %s", e)
+    return retry_later("unavailable: the task store did not answer in time, retrying later")
+
+
+def _held_stream(open_stream) -> Response:
+    """The stream ``open_stream(gone)`` opens, holding one of the caller's stream slots until its
+    response closes. ``open_stream`` does the opening reads and returns (events, cleanup), or
+    raises (an ApiError: its answer; Redis unavailable: ``retry_later``). Past a cap (web/held.py)
+    it is not called: a ``retry_later`` answer, before any Redis work."""
     release = held().acquire(STREAM, g.caller.name)
     if release is None:
-        return _stream(
-            [format_comment("busy: too many open streams, retrying later"), format_event(retry=busy_retry_ms())]
-        )
+        return retry_later("busy: too many open streams, retrying later")
     try:
         environ = request.environ
-        response = _stream(_ending_on_redis_errors(make(lambda: client_gone(environ))))
+        events, cleanup = open_stream(lambda: client_gone(environ))
     except BaseException:
         release()
         raise
+    response = _stream(_ending_on_redis_errors(events))
+    response.call_on_close(cleanup)  # also when the generator never started
     response.call_on_close(release)
     return response
 
@@ -109,29 +125,57 @@ def _settings() -> tuple[float, int]:
 
 @bp.get("/tasks/<task_id>/events")
 def task_events(task_id: str):
-    engine = get_engine()
-    owner = None if g.caller.admin else g.caller.name
-    if engine.get(task_id, owner=owner) is None:
-        raise ApiError(404, "not_found", "task not found")
     last = _last_event_id()
     last = last if wq.parse_stream_id(last) is not None else None
-    still_valid = credential_check()
-    return _held_stream(
-        lambda gone: task_stream(engine, get_broker(), task_id, last, *_settings(), still_valid=still_valid, gone=gone)
-    )
+    owner = None if g.caller.admin else g.caller.name
+
+    def open_stream(gone):
+        engine, broker = get_engine(), get_broker()
+        opened = open_task(engine, broker, task_id, owner)
+        if opened is None:
+            raise ApiError(404, "not_found", "task not found")
+        events = task_stream(
+            engine, broker, task_id, last, *_settings(), still_valid=credential_check(), gone=gone, opened=opened
+        )
+        return events, lambda: broker.unsubscribe(opened[0])
+
+    return _held_stream(open_stream)
+
+
+def open_task(engine, broker, task_id: str, owner: str | None):
+    """(subscriber, task, history, position) of a task stream opening now, or None (unsubscribed)
+    when there is no such task of ``owner``'s (None: anyone's). Subscribed first: an event newer
+    than the snapshot's position is in the buffer. One Redis read (the snapshot script)."""
+    sub = broker.subscribe(task_id=task_id)
+    try:
+        task, history, position = wq.snapshot(engine, task_id, owner)
+    except BaseException:
+        broker.unsubscribe(sub)
+        raise
+    if task is None:
+        broker.unsubscribe(sub)
+        return None
+    return sub, task, history, position
 
 
 def task_stream(
-    engine, broker, task_id: str, last_id: str | None, keepalive: float, retry_ms: int, still_valid=None, gone=None
+    engine,
+    broker,
+    task_id: str,
+    last_id: str | None,
+    keepalive: float,
+    retry_ms: int,
+    still_valid=None,
+    gone=None,
+    opened=None,
 ):
     """Snapshot (or replay after ``last_id``), then live events until a terminal state; ends early
     once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client is
-    (see ``_live``)."""
-    sub = broker.subscribe(lambda ev: ev["task_id"] == task_id)
+    (see ``_live``). ``opened``: what ``open_task`` returned (else it opens here, anyone's task)."""
+    sub = opened[0] if opened else broker.subscribe(task_id=task_id)
     try:
         yield format_event(retry=retry_ms)
-        # Subscribed first: an event newer than the snapshot's position is in the buffer.
-        task, history, position = wq.snapshot(engine, task_id)
+        task, history, position = opened[1:] if opened else wq.snapshot(engine, task_id)
         if task is None:
             return
         # A snapshot when the client has nothing, may have missed trimmed events, or names an
@@ -155,31 +199,33 @@ def task_stream(
         if task.terminal:
             return
         sent = max(wq.parse_stream_id(position), wq.parse_stream_id(last_id or "0-0"))
-        for ev in _live(sub, keepalive, still_valid, gone):
-            if ev is None:
-                yield format_comment("keep-alive")
-                continue
+
+        def render(ev: dict) -> str | None:
+            nonlocal sent
             sid = wq.parse_stream_id(ev["stream_id"])
             if sid <= sent:
-                continue
+                return None
             sent = sid
-            yield format_event(ev["stream_id"], ev["kind"], ev)
-            if wq.is_terminal(ev):
-                return
+            return format_event(ev["stream_id"], ev["kind"], ev)
+
+        yield from _live(sub, render, keepalive, still_valid, gone, until=wq.is_terminal)
     finally:
         broker.unsubscribe(sub)
 
 
 @bp.get("/events")
 def all_events():
-    positions = Positions.parse(_last_event_id())
-    if positions is not None and positions.later_than(wq.server_ms(get_engine().redis)):
-        positions = None  # not an id we sent: start afresh rather than skip events until then
     owner = None if g.caller.admin else g.caller.name
-    engine, broker, still_valid = get_engine(), get_broker(), credential_check()
-    return _held_stream(
-        lambda gone: feed_stream(engine, broker, owner, positions, *_settings(), still_valid=still_valid, gone=gone)
-    )
+
+    def open_stream(gone):
+        engine, broker = get_engine(), get_broker()
+        positions = Positions.parse(_last_event_id())
+        if positions is not None and positions.later_than(wq.server_ms(engine.redis)):
+            positions = None  # not an id we sent: start afresh rather than skip events until then
+        events = feed_stream(engine, broker, owner, positions, *_settings(), still_valid=credential_check(), gone=gone)
+        return events, events.close
+
+    return _held_stream(open_stream)
 
 
 def feed_stream(
@@ -195,11 +241,7 @@ def feed_stream(
     """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live;
     ends once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client
     is (see ``_live``)."""
-
-    def visible(ev: dict) -> bool:
-        return owner is None or ev["owner"] == owner
-
-    sub = broker.subscribe(visible)
+    sub = broker.subscribe(everything=True) if owner is None else broker.subscribe(owner=owner)
     try:
         yield format_event(retry=retry_ms)
         if positions is None:
@@ -208,15 +250,17 @@ def feed_stream(
         else:
             for queue in engine.queues():
                 for ev in wq.read_stream(engine, queue, positions.start(queue)):
-                    if visible(ev):
+                    if owner is None or ev["owner"] == owner:
                         positions.advance(queue, ev["stream_id"])
                         yield format_event(str(positions), ev["kind"], ev)
-        for ev in _live(sub, keepalive, still_valid, gone):
-            if ev is None:
-                yield format_comment("keep-alive")
-            elif positions.is_new(ev["queue"], ev["stream_id"]):
-                positions.advance(ev["queue"], ev["stream_id"])
-                yield format_event(str(positions), ev["kind"], ev)
+
+        def render(ev: dict) -> str | None:
+            if not positions.is_new(ev["queue"], ev["stream_id"]):
+                return None
+            positions.advance(ev["queue"], ev["stream_id"])
+            return format_event(str(positions), ev["kind"], ev)
+
+        yield from _live(sub, render, keepalive, still_valid, gone)
     finally:
         broker.unsubscribe(sub)
 
@@ -224,9 +268,10 @@ def feed_stream(
 CREDENTIAL_CHECK = 2.0  # s: an open stream ends this soon after its token is revoked or its session ends
 
 
-def _live(sub, keepalive: float, still_valid=None, gone=None):
-    """The subscriber's events as they come, and None whenever ``keepalive`` seconds passed
-    without one (time for a keep-alive comment). Ends when the subscriber is dropped (the client
+def _live(sub, render, keepalive: float, still_valid=None, gone=None, until=None):
+    """The subscriber's events as they come, each as ``render(ev)`` writes it (None: already sent,
+    skipped), and a keep-alive comment whenever ``keepalive`` seconds passed without one; ends
+    after an event ``until(ev)`` is true of, when the subscriber is dropped (the client
     reconnects with Last-Event-ID and replays the rest), when ``gone()`` says the client has
     left (looked at every CLIENT_CHECK), or when the caller's credential is gone: asked every
     CREDENTIAL_CHECK - CHECK_TTL seconds, and auth caches an answer CHECK_TTL, so an idle stream
@@ -241,9 +286,17 @@ def _live(sub, keepalive: float, still_valid=None, gone=None):
             return
         if revoked() or (gone is not None and gone()):
             return
-        if ev is not None or time.monotonic() >= quiet_until:
+        if ev is None:
+            if time.monotonic() >= quiet_until:
+                quiet_until = time.monotonic() + keepalive
+                yield format_comment("keep-alive")
+            continue
+        text = render(ev)
+        if text is not None:
             quiet_until = time.monotonic() + keepalive
-            yield ev
+            yield text
+            if until is not None and until(ev):
+                return
 
 
 def _revocation_check(still_valid, every: float):

@@ -13,6 +13,7 @@ import threading
 import click
 
 from ghostless.cli.common import APP, JSON, REDIS, load_engine, one_line_errors, setup_logging
+from ghostless.web.serve import CONNECTIONS, SERVERS
 
 
 @click.group()
@@ -108,29 +109,30 @@ def demo_command(ctx):
     help="Processes (each with one event stream reader).",
 )
 @click.option(
-    "--threads",
-    type=click.IntRange(min=1),
-    default=32,
-    show_default=True,
-    help="Threads per process: each open SSE stream or long-poll holds one (gthread).",
-)
-@click.option(
     "--server",
-    type=click.Choice(["gthread", "gevent"]),
-    default="gthread",
+    type=click.Choice(SERVERS),
+    default="gevent",
     show_default=True,
-    help="gunicorn worker class; gevent (pip install 'ghostless[gevent]') for many open streams.",
+    help="gunicorn worker class: gevent (an event loop: thousands of open streams per process) "
+    "or gthread (a thread per open stream: for debugging).",
 )
 @click.option(
     "--connections",
     type=click.IntRange(min=1),
-    default=1000,
+    default=CONNECTIONS,
     show_default=True,
-    help="Open connections per process (gevent).",
+    help="Open connections per process (gevent): streams, long-polls and short requests.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Threads per process (gthread): each open SSE stream or long-poll holds one.",
 )
 @click.option("--log-level", default="INFO", show_default=True)
 def web_command(app_spec, redis_url, host, port, workers, threads, server, connections, log_level):
-    """Serve the web app and JSON API (gunicorn gthread when installed)."""
+    """Serve the web app and JSON API (gunicorn gevent workers; Flask's dev server without gunicorn)."""
     from ghostless.web.serve import serve
 
     engine = load_engine(app_spec, redis_url)

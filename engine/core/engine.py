@@ -10,13 +10,11 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from ghostless.core import (
     check as check_mod,
     dependencies as deps,
     dispatch as dispatch_mod,
-    listing,
     notify,
     priority as priority_mod,
     stats as stats_mod,
@@ -32,8 +30,9 @@ from .errors import Code, TaskNotFound, refusing_full
 from .keys import Keys, new_task_id, parse_task_id
 from .lease_calls import LeaseCalls
 from .management import Management
-from .models import Event, Task
+from .models import Task
 from .quota import Quota
+from .reads import Reads
 from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts, SubmitArgs
 from .server import check_server
@@ -46,7 +45,7 @@ from .validate import duration_ms as _duration_ms, json_text as _json_text, text
 EXTENSIONS: dict = {}
 
 
-class Engine(LeaseCalls, Management):
+class Engine(LeaseCalls, Management, Reads):
     """A ghostless engine bound to one Redis and one namespace.
 
     Args:
@@ -328,45 +327,6 @@ class Engine(LeaseCalls, Management):
             raise
         return dispatch_id
 
-    def get(self, task_id: str, owner: str | None = None) -> Task | None:
-        """The task, or None when it does not exist (or belongs to another owner than ``owner``)."""
-        return self.get_many([task_id], owner)[0]
-
-    def get_many(self, task_ids: list[str], owner: str | None = None) -> list[Task | None]:
-        """Several tasks in one round trip (None for missing or foreign ones).
-
-        The owner is checked first, inside one read-only script per queue (lua/read.lua): another
-        owner's task costs what a missing one does (its args and result are never read), and
-        the read works on a Redis at maxmemory.
-        """
-        read = self.scripts.read({t: self.keys.task(t) for t in task_ids if parse_task_id(t) is not None}, owner)
-        return [Task.from_reply(read[t]) if read.get(t) else None for t in task_ids]
-
-    def list_tasks(
-        self,
-        owner: str | None = None,
-        status: str | None = None,
-        type: str | None = None,
-        queue: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ):
-        """An owner's tasks (every owner's with ``owner=None``), newest first: (tasks, next cursor)."""
-        return listing.list_tasks(self, owner, status, type, queue, limit, cursor)
-
-    def history(self, task_id: str) -> list[Event]:
-        """The task's transitions, stages and refused stale calls, oldest first (capped)."""
-        if parse_task_id(task_id) is None:
-            return []
-        return [Event.from_json(e) for e in self.redis.lrange(self.keys.task(task_id).history, 0, -1)]
-
-    def checkpoints(self, task_id: str) -> dict[str, Any]:
-        """Values saved by ctx.checkpoint in any attempt of the task."""
-        if parse_task_id(task_id) is None:
-            return {}
-        raw = self.redis.hgetall(self.keys.task(task_id).checkpoints)
-        return {text(k): json.loads(v) for k, v in raw.items()}
-
     def enable_notifications(self, secret: str, **options) -> None:
         """Register webhook delivery (engine/core/notify.py): ``secret`` signs every request."""
         notify.enable(self, secret, **options)
@@ -380,12 +340,6 @@ class Engine(LeaseCalls, Management):
             else:
                 self.redis.hset(self.keys.webhooks(), owner, notify.check_url(url))
         self._webhook_cache = None
-
-    def notifications(self, task_id: str) -> list[Task]:
-        """The delivery tasks made for a task's notifications, oldest first (their history is the
-        delivery history)."""
-        ids = [text(i) for i in self.redis.lrange(self._keys(task_id).notifications, 0, -1)]
-        return [t for t in self.get_many(ids) if t is not None]
 
     def resolve(self, task_id: str) -> str | None:
         """Look at a waiting task's parents now (the engine and sweeper do this for you):

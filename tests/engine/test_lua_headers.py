@@ -10,7 +10,7 @@ import re
 import pytest
 
 from ghostless.core.errors import Code
-from ghostless.core.scripts import LIBS, LUA_DIR, SCRIPTS, needed_libs, source
+from ghostless.core.lua_source import LIBS, LUA_DIR, SCRIPTS, needed_libs, source
 from ghostless.core.states import TERMINAL, TRANSITIONS, State
 
 LUA_FILES = sorted(p.stem for p in LUA_DIR.glob("*.lua"))

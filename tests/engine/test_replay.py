@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ghostless import Code, Config, State
-from ghostless.core.scripts import SCRIPTS
+from ghostless.core.lua_source import SCRIPTS
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import claimed, raw_task, sibling, snapshot
 from tests.support.wait import wait_for_server_time

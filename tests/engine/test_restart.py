@@ -10,7 +10,7 @@ import hashlib
 import pytest
 
 from ghostless import Engine, State
-from ghostless.core.scripts import source
+from ghostless.core.lua_source import source
 from tests.conftest import register_test_types
 from tests.support.wait import wait_for_server_time
 

@@ -10,7 +10,8 @@ import ghostless
 import ghostless.web
 from ghostless import Config
 from ghostless.core import scripts as scripts_mod
-from ghostless.core.scripts import LUA_DIR, SCRIPTS, Scripts, SubmitArgs, preamble
+from ghostless.core.lua_source import LUA_DIR, SCRIPTS, preamble
+from ghostless.core.scripts import Scripts, SubmitArgs
 
 PACKAGE_DIRS = [Path(ghostless.__file__).parent, Path(ghostless.web.__file__).parent]
 SCRIPTS_PY = Path(scripts_mod.__file__).resolve()

@@ -13,7 +13,7 @@ from rq import Worker
 
 from ghostless import Engine, State
 from ghostless.core.app import AppError
-from ghostless.core.scripts import script_shas
+from ghostless.core.lua_source import script_shas
 from ghostless.execution.rq_dispatch import RQDispatcher
 from ghostless.web import create_app
 from tests.support.redis_server import free_port

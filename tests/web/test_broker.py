@@ -8,10 +8,10 @@ from ghostless.web.broker import Broker, Dropped, Subscriber
 from tests.support.wait import wait_until
 
 
-def test_a_subscriber_gets_only_the_events_its_filter_accepts(engine):
+def test_an_owners_subscriber_gets_only_that_owners_events(engine):
     broker = Broker(engine, block_ms=50)
     try:
-        mine = broker.subscribe(lambda ev: ev["owner"] == "alice")
+        mine = broker.subscribe(owner="alice")
         engine.submit("render", {"prompt": "b"}, owner="bob")
         task = engine.submit("render", {"prompt": "a"}, owner="alice")
         event = wait_until(lambda: mine.next(0.05), what="alice's event")
@@ -29,7 +29,7 @@ def test_a_subscriber_gets_only_the_events_its_filter_accepts(engine):
 def test_the_reader_notices_queues_created_after_it_started(engine):
     broker = Broker(engine, block_ms=50)
     try:
-        sub = broker.subscribe(lambda ev: True)
+        sub = broker.subscribe(everything=True)
         wait_until(lambda: broker.positions, what="the reader to start")
         engine.redis.sadd(engine.keys.queues(), "late")
         engine.redis.xadd(
@@ -46,7 +46,7 @@ def test_one_reader_thread_serves_every_subscriber(engine):
 
     broker = Broker(engine, block_ms=50)
     try:
-        subs = [broker.subscribe(lambda ev: True) for _ in range(50)]
+        subs = [broker.subscribe(everything=True) for _ in range(50)]
         readers = [t for t in threading.enumerate() if t.name == "ghostless-sse-broker"]
         assert len(readers) == 1
         engine.submit("render", {"prompt": "a"}, owner="alice")
@@ -60,11 +60,11 @@ def test_a_closed_broker_takes_no_subscribers(engine):
     broker = Broker(engine, block_ms=50)
     broker.close()
     with pytest.raises(RuntimeError):
-        broker.subscribe(lambda ev: True)
+        broker.subscribe(everything=True)
 
 
 def test_a_full_buffer_drops_the_subscriber_which_then_drains_and_ends():
-    sub = Subscriber(lambda ev: True, limit=2)
+    sub = Subscriber(limit=2)
     assert sub.offer({"n": 1}) and sub.offer({"n": 2})
     assert not sub.offer({"n": 3}) and not sub.offer({"n": 4})
     assert len(sub) == 2 and sub.dropped
@@ -100,3 +100,63 @@ def test_the_reader_outlives_a_long_outage_waiting_at_most_five_seconds(engine, 
     broker._run()  # returns once stopped, instead of dying of an OverflowError on the way
     assert len(clock.pauses) == 1100
     assert clock.pauses[:3] == [0.2, 0.4, 0.8] and max(clock.pauses) == clock.pauses[-1] == 5.0
+
+
+def _event(task_id: str, owner: str) -> dict:
+    return {"task_id": task_id, "owner": owner, "stream_id": "1-0", "queue": "images", "kind": "progress"}
+
+
+def test_an_event_reaches_exactly_the_subscribers_of_its_task_its_owner_and_everything(engine):
+    broker = Broker(engine, block_ms=50)
+    try:
+        task_a, task_a2, task_b = (broker.subscribe(task_id=t) for t in ("images.a", "images.a", "images.b"))
+        alice, bob, admin = (
+            broker.subscribe(owner="alice"),
+            broker.subscribe(owner="bob"),
+            broker.subscribe(everything=True),
+        )
+        broker._fan_out(_event("images.a", "alice"))
+        assert [len(s) for s in (task_a, task_a2, task_b, alice, bob, admin)] == [1, 1, 0, 1, 0, 1]
+        broker.unsubscribe(task_a)
+        broker.unsubscribe(task_a)  # again: nothing
+        broker._fan_out(_event("images.a", "alice"))
+        assert [len(s) for s in (task_a, task_a2, alice, admin)] == [1, 2, 2, 2]
+        assert broker.subscribers() == 5
+    finally:
+        broker.close()
+
+
+def test_an_event_costs_only_the_subscribers_who_want_it(engine, monkeypatch):
+    broker = Broker(engine, block_ms=50)
+    offered = []
+    monkeypatch.setattr(Subscriber, "offer", lambda self, event: offered.append(self) or True)
+    try:
+        watchers = [broker.subscribe(task_id=f"images.{i}") for i in range(5000)]
+        others = [broker.subscribe(owner=f"user{i}") for i in range(1000)]
+        broker._fan_out(_event("images.42", "user7"))
+        assert offered == [watchers[42], others[7]]  # not one call for the other 5,998
+    finally:
+        broker.close()
+
+
+def test_a_subscription_names_one_thing_to_watch(engine):
+    broker = Broker(engine, block_ms=50)
+    try:
+        for kwargs in ({}, {"task_id": "images.a", "owner": "alice"}, {"owner": "alice", "everything": True}):
+            with pytest.raises(ValueError):
+                broker.subscribe(**kwargs)
+        assert broker.subscribers() == 0
+    finally:
+        broker.close()
+
+
+def test_a_slow_task_subscriber_is_dropped_and_unindexed_while_the_others_go_on(engine):
+    broker = Broker(engine, block_ms=50, limit=2)
+    try:
+        slow, reading = broker.subscribe(task_id="images.a"), broker.subscribe(task_id="images.a", limit=100)
+        for _ in range(5):
+            broker._fan_out(_event("images.a", "alice"))
+        assert slow.dropped and len(slow) == 2 and len(reading) == 5
+        assert broker.wanting(_event("images.a", "alice")) == [reading] and broker.subscribers() == 1
+    finally:
+        broker.close()

@@ -198,12 +198,76 @@ def test_one_web_process_or_a_shared_key_starts(cli, monkeypatch):
     import ghostless.web.serve
 
     started = []
-    monkeypatch.setattr(ghostless.web.serve, "_gunicorn", lambda *args: started.append(args))
+    monkeypatch.setattr(ghostless.web.serve, "_gevent", lambda *args: started.append(args))
     monkeypatch.delenv("GHOSTLESS_SECRET_KEY", raising=False)
     assert run("web", "--app", APP, "--workers", "1").exit_code == 0
     monkeypatch.setenv("GHOSTLESS_SECRET_KEY", "shared")
     assert run("web", "--app", APP, "--workers", "2").exit_code == 0
-    assert [args[2] for args in started] == [1, 2]
+    assert [args[3] for args in started] == [1, 2]
+
+
+def test_web_serves_with_gevent_by_default_sized_for_ten_thousand_streams(cli, monkeypatch):
+    run, _ = cli
+    import ghostless.web.serve as serve_mod
+
+    started = []
+    monkeypatch.setattr(serve_mod, "_gevent", lambda *args: started.append(args))
+    monkeypatch.setattr(serve_mod, "_gunicorn", lambda *args: pytest.fail("gthread is not the default"))
+    assert run("web", "--app", APP, "--workers", "1").exit_code == 0
+    [(spec, host, port, workers, connections)] = started
+    assert (spec, host, port, workers) == (APP, "127.0.0.1", 8000, 1)
+    assert serve_mod.held_cap(connections) >= 10_000  # streams per process
+    assert connections + serve_mod.FD_SPARE <= 20_000  # within a 20,000 open-files limit
+
+
+def test_web_with_server_gthread_serves_with_threads(cli, monkeypatch):
+    run, _ = cli
+    import ghostless.web.serve as serve_mod
+
+    started = []
+    monkeypatch.setattr(serve_mod, "_gunicorn", lambda *args: started.append(args))
+    monkeypatch.setattr(serve_mod, "_gevent", lambda *args: pytest.fail("gevent asked for gthread"))
+    assert run("web", "--app", APP, "--workers", "1", "--server", "gthread", "--threads", "8").exit_code == 0
+    assert [args[:4] for args in started] == [("127.0.0.1", 8000, 1, 8)]
+
+
+def test_web_without_gevent_serves_with_gthread_and_warns(cli, monkeypatch, caplog):
+    run, _ = cli
+    import ghostless.web.serve as serve_mod
+
+    started = []
+    monkeypatch.setattr(serve_mod, "gevent_available", lambda: False)
+    monkeypatch.setattr(serve_mod, "_gunicorn", lambda *args: started.append(args))
+    assert run("web", "--app", APP, "--workers", "1").exit_code == 0
+    assert len(started) == 1
+    assert any("gthread" in m and "needs gevent" in m for m in caplog.messages)
+
+
+def test_serving_an_engine_without_an_app_spec_forks_gthread_workers_on_that_engine(monkeypatch, caplog):
+    import ghostless.web.serve as serve_mod
+
+    started = []
+    monkeypatch.setattr(serve_mod, "_gunicorn", lambda *args: started.append(args))
+    monkeypatch.setattr(serve_mod, "_gevent", lambda *args: pytest.fail("gevent cannot serve an engine object"))
+    engine = object()
+    serve_mod.serve(engine, None, "127.0.0.1", 8000, 1, 4)
+    assert [args[-1] for args in started] == [engine]
+    assert any("needs an app spec" in m for m in caplog.messages)
+
+
+def test_the_gevent_server_raises_the_open_files_limit_to_its_connections(monkeypatch):
+    import resource
+
+    import ghostless.web.serve as serve_mod
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+        want = min(hard, 1000) if hard != resource.RLIM_INFINITY else 1000
+        assert serve_mod.raise_open_files(1000) == want == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert serve_mod.raise_open_files(10) == want  # never lowered
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 @pytest.mark.slow

@@ -141,7 +141,7 @@ def test_slow_clients_without_a_login_do_not_stop_healthz_or_other_users(start_w
 @pytest.mark.parametrize("server, bound", [("gthread", 1.0), ("gevent", 2.0)])
 def test_a_half_sent_request_head_is_closed_after_the_client_timeout(start_web, server, bound):
     _, start = start_web
-    # gthread: GHOSTLESS_CLIENT_TIMEOUT; gevent: gunicorn bounds a head read by keepalive (2 s)
+    # gthread: GHOSTLESS_CLIENT_TIMEOUT; gevent: gunicorn bounds a head read by keepalive, set to it
     _, port, _ = start(server, GHOSTLESS_CLIENT_TIMEOUT=str(bound))
     with connect(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n") as slow:
         slow.settimeout(bound + 3)  # the server checks its deadlines about once a second

@@ -232,8 +232,8 @@ def drain(sub) -> list[dict]:
 
 def test_a_subscriber_that_never_reads_is_dropped_and_its_buffer_stays_bounded(make_app, engine):
     broker = make_app(GHOSTLESS_SSE_BUFFER=5).extensions["ghostless"].broker
-    stalled = broker.subscribe(lambda ev: True)
-    reading = broker.subscribe(lambda ev: True, limit=100)
+    stalled = broker.subscribe(everything=True)
+    reading = broker.subscribe(everything=True, limit=100)
     got = []
     for i in range(20):
         engine.submit("render", {"prompt": str(i)}, owner="alice")
@@ -280,11 +280,18 @@ def test_a_stream_ends_cleanly_when_redis_fails_mid_stream(app, client, engine, 
     import ghostless.web.sse
 
     task = task_in(engine, State.PROCESSING)
+    opened = open_sse(client, f"/api/tasks/{task.id}/events", headers=auth["alice"])
+    first = opened.next()["id"]
+    opened.close()
+
+    calls = []
 
     def unreachable(*args):
+        calls.append(args)
         raise redis.ConnectionError("gone")
 
-    monkeypatch.setattr(ghostless.web.sse.wq, "snapshot", unreachable)
-    stream = open_sse(client, f"/api/tasks/{task.id}/events", headers=auth["alice"])
-    assert stream.rest() == [] and stream.ended
+    # Opened (the snapshot read), then Redis fails while the stream replays after Last-Event-ID.
+    monkeypatch.setattr(ghostless.web.sse.wq, "read_stream", unreachable)
+    stream = open_sse(client, f"/api/tasks/{task.id}/events", headers={**auth["alice"], "Last-Event-ID": first})
+    assert stream.rest() == [] and stream.ended and calls
     assert app.extensions["ghostless"].broker.subscribers() == 0

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+import redis
 
 from ghostless import State
 from ghostless.web.held import LONGPOLL, STREAM, Held
@@ -133,3 +134,56 @@ def test_held_counts_a_release_once_however_often_it_is_called():
     release()
     release()
     assert (held.count(STREAM), held.count(LONGPOLL), held.total) == (0, 1, 1)
+
+
+UNAVAILABLE = ": unavailable: the task store did not answer in time, retrying later\n\nretry: 10000\n\n"
+
+
+@pytest.mark.parametrize("path", ["/api/events", "/api/tasks/{id}/events"])
+def test_a_stream_opening_while_the_web_pool_is_exhausted_is_told_to_retry_not_refused(make_app, engine, auth, path):
+    app = make_app(GHOSTLESS_REDIS_CONNECTIONS=1, GHOSTLESS_REDIS_WAIT=0.05)
+    task = task_in(engine, State.PROCESSING)
+    client = app.test_client()
+    pool = app.extensions["ghostless"].engine.redis.connection_pool
+    busy = pool.get_connection()  # every connection of the web's pool taken: the credential check waits, in vain
+    try:
+        refused = client.get(path.format(id=task.id), headers=auth["alice"])
+        assert (refused.status_code, refused.mimetype) == (200, "text/event-stream")
+        assert refused.get_data(as_text=True) == UNAVAILABLE
+        short = client.get(f"/api/tasks/{task.id}", headers=auth["alice"])  # not a stream: a 503 with Retry-After
+        assert (short.status_code, short.headers["Retry-After"]) == (503, "5")
+    finally:
+        pool.release(busy)
+    assert held(app).count(STREAM) == 0
+    stream = open_sse(client, path.format(id=task.id), headers=auth["alice"])  # the retry then opens
+    assert stream.next()["event"] in ("ready", "snapshot")
+    stream.close()
+
+
+@pytest.mark.parametrize("error", [redis.ConnectionError("No connection available."), redis.TimeoutError("slow")])
+def test_a_redis_failure_at_a_streams_opening_read_is_a_retry_and_frees_its_slot(
+    app, client, engine, auth, monkeypatch, error
+):
+    import ghostless.web.sse
+
+    task = task_in(engine, State.PROCESSING)
+
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(ghostless.web.sse.wq, "snapshot", failing)
+    refused = client.get(f"/api/tasks/{task.id}/events", headers=auth["alice"])
+    assert (refused.status_code, refused.get_data(as_text=True)) == (200, UNAVAILABLE)
+    assert held(app).count(STREAM) == 0 and app.extensions["ghostless"].broker.subscribers() == 0
+
+
+def test_a_missing_task_is_still_a_404_and_frees_its_slot(app, client, auth):
+    r = client.get("/api/tasks/images.00000000000000000000/events", headers=auth["alice"])
+    assert r.status_code == 404 and r.get_json()["error"]["code"] == "not_found"
+    assert held(app).count(STREAM) == 0 and app.extensions["ghostless"].broker.subscribers() == 0
+
+
+def test_a_refused_credential_stays_a_401_so_eventsource_stops(client, engine):
+    task = task_in(engine, State.PROCESSING)
+    r = client.get(f"/api/tasks/{task.id}/events", headers={"Authorization": "Bearer gl_wrong"})
+    assert r.status_code == 401  # retrying a wrong token cannot succeed: EventSource may give up
