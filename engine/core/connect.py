@@ -43,6 +43,8 @@ def redact(url: str) -> str:
     except ValueError:
         return "<malformed URL>"
     netloc = parts.netloc
+    if "://" not in url:  # not a URL: hide whatever stands before an @
+        return "***@" + url.rpartition("@")[2] if "@" in url else url
     if "@" in netloc:
         userinfo, _, hosts = netloc.rpartition("@")
         user = userinfo.partition(":")[0]
@@ -73,7 +75,8 @@ def connect(url: str | None = None):
         except ValueError as e:
             raise BadRedisURL(f"malformed Redis URL {redact(url)}: {_scrub(str(e), url)}") from None
     raise BadRedisURL(
-        f"unsupported Redis URL {redact(url)}: use redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://"
+        "Redis URL must specify one of the schemes redis://, rediss://, unix://, redis+cluster:// or "
+        f"redis+sentinel:// (got {redact(url)})"
     )
 
 

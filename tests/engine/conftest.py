@@ -12,14 +12,25 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "standalone_only(reason): the test cannot run on a Redis Cluster")
 
 
+@pytest.fixture(scope="session")
+def cluster_client(redis_cluster):
+    """One cluster client for the session (it learns the slot map once, not per test)."""
+    client = redis_cluster.client()
+    yield client
+    client.close()
+
+
 @pytest.fixture(params=["fake", "real", "cluster"])
 def redis_client(request):
     if request.param == "cluster":
         marker = request.node.get_closest_marker("standalone_only")
         if marker:
             pytest.skip("not on a cluster: " + (marker.args[0] if marker.args else marker.kwargs.get("reason", "")))
-        client = request.getfixturevalue("redis_cluster").client()
-    elif request.param == "real":
+        client = request.getfixturevalue("cluster_client")
+        client.flushall()
+        yield client
+        return
+    if request.param == "real":
         client = request.getfixturevalue("redis_server").client()
     else:
         client = fakeredis.FakeRedis()

@@ -32,8 +32,9 @@ SECRET = "s3cr3t-pw"
         (f"redis+sentinel://:{SECRET}@h:1/svc/db0", "database 'db0' is not a number"),
         ("redis+sentinel://h:1/svc?sentinel_password=x&color=red", "unknown option 'color'"),
         (f"redis://:{SECRET}@h:notaport/0", "Port could not be cast"),
-        (f"http://:{SECRET}@h:1", "unsupported Redis URL"),
-        ("localhost:6379", "unsupported Redis URL"),
+        (f"http://:{SECRET}@h:1", "Redis URL must specify one of the schemes"),
+        ("localhost:6379", "Redis URL must specify one of the schemes"),
+        (f"u:{SECRET}@localhost:6379", "(got ***@localhost:6379)"),
     ],
 )
 def test_a_malformed_url_is_a_typed_error_that_names_the_fault_and_not_the_password(url, message):
