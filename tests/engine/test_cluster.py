@@ -11,7 +11,7 @@ import pytest
 import redis
 from redis.exceptions import RedisClusterException
 
-from ghostless import Engine, State
+from ghostless import Engine, RedisSetupError, State
 from ghostless.core.cluster import is_cluster
 from ghostless.core.keys import Keys
 from tests.conftest import register_test_types
@@ -109,3 +109,18 @@ def test_the_engine_carries_on_after_a_master_fails_over(private_cluster):
     assert engine.get(before.id).status == State.PENDING  # replicated before the kill: kept
     engine.sweep()
     assert engine.check() == []
+
+
+def test_the_start_up_check_looks_at_every_primary_and_names_the_one_that_may_evict(redis_cluster):
+    primary = redis_cluster.master_nodes()[-1]
+    primary.client().config_set("maxmemory-policy", "allkeys-lru")
+    client = redis_cluster.client()
+    try:
+        with pytest.raises(RedisSetupError, match=rf"^127\.0\.0\.1:{primary.port}: Redis maxmemory-policy"):
+            Engine(client, namespace="t", dispatcher=None, strict=True)
+        with pytest.warns(RuntimeWarning, match=rf"127\.0\.0\.1:{primary.port}: .*'allkeys-lru'") as caught:
+            Engine(client, namespace="t", dispatcher=None)
+        assert len(caught) == 1  # the other primaries are fine
+    finally:
+        primary.client().config_set("maxmemory-policy", "noeviction")
+        client.close()
