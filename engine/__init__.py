@@ -4,6 +4,7 @@ from ghostless.core.config import Config
 from ghostless.core.engine import Engine
 from ghostless.core.errors import (
     BadArgs,
+    BadRedisURL,
     BreakerOpen,
     Code,
     GhostlessError,
@@ -36,6 +37,7 @@ __all__ = [
     "TRANSITIONS",
     "Backoff",
     "BadArgs",
+    "BadRedisURL",
     "Breaker",
     "BreakerOpen",
     "Code",

@@ -12,6 +12,7 @@ import fakeredis
 import pytest
 
 from ghostless import Backoff, Engine
+from tests.support.cluster import Cluster, Sentinels, redis_cli_path
 from tests.support.redis_server import RedisServer, redis_server_path
 
 REQUIRE_REAL = os.environ.get("REQUIRE_REAL_REDIS") == "1"
@@ -23,6 +24,43 @@ def need_redis_server() -> None:
         if REQUIRE_REAL:
             pytest.fail(msg + " and REQUIRE_REAL_REDIS=1")
         pytest.skip("SKIPPED LOUDLY: " + msg)
+
+
+def need_redis_cli() -> None:
+    need_redis_server()
+    if redis_cli_path() is None:
+        msg = "redis-cli is not installed: Redis Cluster tests cannot run (apt-get install redis-tools)"
+        if REQUIRE_REAL:
+            pytest.fail(msg + " and REQUIRE_REAL_REDIS=1")
+        pytest.skip("SKIPPED LOUDLY: " + msg)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster():
+    """One private Redis Cluster (3 masters + 3 replicas) for the session; tests flush it.
+    Tests that kill nodes make their own with ``private_cluster``."""
+    need_redis_cli()
+    cluster = Cluster().start()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def private_cluster():
+    """A Redis Cluster owned by one test (its nodes killed and removed afterwards)."""
+    need_redis_cli()
+    cluster = Cluster().start()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def sentinels():
+    """A primary, a replica and three sentinels owned by one test (service name ``ghostless``)."""
+    need_redis_server()
+    setup = Sentinels().start()
+    yield setup
+    setup.close()
 
 
 @pytest.fixture(scope="session")

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import uuid
 from collections.abc import Callable
-
-import redis as redis_lib
 
 from ghostless.core import (
     check as check_mod,
@@ -24,7 +21,9 @@ from ghostless.core import (
     sweep as sweep_mod,
 )
 
+from .cluster import is_cluster
 from .config import Config, ms
+from .connect import connect
 from .dispatch import Dispatcher, NullDispatcher
 from .epoch import DataEpoch
 from .errors import Code, TaskNotFound, refusing_full
@@ -41,9 +40,6 @@ from .states import State
 from .text import text, text_or_none
 from .users import Users
 from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
-
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
-
 
 #: verbs the layers above the core supply (``periodic``: ghostless.periodic.schedules.register).
 EXTENSIONS: dict = {}
@@ -71,7 +67,7 @@ class Engine(LeaseCalls, Management, Reads):
         check: bool = True,
     ):
         self.redis = redis
-        self.keys = Keys(namespace)
+        self.keys = Keys(namespace, cluster=is_cluster(redis))
         self.config = config or Config()
         self.registry = Registry()
         if isinstance(dispatcher, str):  # "rq": registered by ghostless.execution (engine/core/dispatch.py)
@@ -89,9 +85,10 @@ class Engine(LeaseCalls, Management, Reads):
 
     @classmethod
     def from_url(cls, url: str | None = None, **kwargs) -> Engine:
-        """An engine on the Redis at ``url``; without one, ``GHOSTLESS_REDIS_URL`` or the local default."""
-        url = url or os.environ.get("GHOSTLESS_REDIS_URL") or DEFAULT_URL
-        return cls(redis_lib.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), **kwargs)
+        """An engine on the Redis at ``url``; without one, ``GHOSTLESS_REDIS_URL`` or the local default.
+        Any URL form of engine/core/connect.py: ``redis://``, ``rediss://``, ``unix://``,
+        ``redis+cluster://`` and ``redis+sentinel://``. Raises BadRedisURL for a malformed one."""
+        return cls(connect(url), **kwargs)
 
     # -- registry ---------------------------------------------------------------------------------
     def task(

@@ -171,6 +171,11 @@ class RedisSetupError(GhostlessError):
     """The Redis server cannot run ghostless safely (version, eviction policy)."""
 
 
+class BadRedisURL(GhostlessError, ValueError):
+    """A Redis URL ghostless cannot connect with (engine/core/connect.py). The message never
+    holds the URL's password."""
+
+
 class RedisFull(GhostlessError, redis.exceptions.OutOfMemoryError):
     """Redis refused a write: it reached ``maxmemory`` under ``noeviction``. Nothing was changed by
     the refused call; retry once memory is freed. The redis-py ``OutOfMemoryError`` is ``__cause__``

@@ -5,6 +5,11 @@ single slot (Redis Cluster ready). A task id carries its queue
 (``<queue>.<20 hex>``), so any task's keys can be built from its id alone.
 Keys of no queue that are new (the web's rate limits) share the global tag ``{@global}``
 (``@`` is outside the queue alphabet, so no queue's tag can equal it).
+
+On a Redis Cluster (``Keys(ns, cluster=True)``) every key of no queue is under ``{@global}``:
+users and tokens change together in one transaction, which a cluster runs on one slot only.
+On one Redis they keep their untagged names, so a deployment's users and schedules survive an
+upgrade; a cluster deployment is new, with no older names to keep.
 """
 
 from __future__ import annotations
@@ -71,10 +76,16 @@ class TaskKeys(NamedTuple):
 class Keys:
     """Key names for one namespace."""
 
-    def __init__(self, namespace: str = "gl"):
+    def __init__(self, namespace: str = "gl", cluster: bool = False):
         if not valid_queue(namespace):
             raise ValueError(f"namespace must match {_QUEUE_RE.pattern}, got {namespace!r}")
         self.ns = namespace
+        self.cluster = cluster
+
+    def _untagged(self, name: str) -> str:
+        """A key of no queue from before the global tag: untagged on one Redis, under
+        ``{@global}`` on a cluster."""
+        return self.global_key(name) if self.cluster else f"{self.ns}:{name}"
 
     def queue_prefix(self, queue: str) -> str:
         return f"{self.ns}:{{{queue}}}"
@@ -131,20 +142,20 @@ class Keys:
 
     def webhooks(self) -> str:
         """Hash: owner -> default webhook URL for their tasks' notifications."""
-        return f"{self.ns}:webhooks"
+        return self._untagged("webhooks")
 
     def login_code(self, digest: str) -> str:
         """String: a one-time login code's user (by the code's SHA-256), with a short TTL."""
-        return f"{self.ns}:login:{digest}"
+        return self._untagged(f"login:{digest}")
 
     def users(self) -> str:
         """Hash: user name -> JSON record (admin flag, creation time, token digests)."""
-        return f"{self.ns}:users"
+        return self._untagged("users")
 
     def session(self, digest: str) -> str:
         """String: a web login session's token digest (by the session id's SHA-256), with the
         session's lifetime as TTL; deleted at logout, so a copied cookie stops working."""
-        return f"{self.ns}:session:{digest}"
+        return self._untagged(f"session:{digest}")
 
     def global_key(self, name: str) -> str:
         """A key of no queue, under the global hash tag (one Cluster slot for all of them)."""
@@ -158,11 +169,11 @@ class Keys:
 
     def tokens(self) -> str:
         """Hash: sha256 of an API token -> user name (tokens themselves are never stored)."""
-        return f"{self.ns}:tokens"
+        return self._untagged("tokens")
 
     def queues(self) -> str:
-        """Set of every queue name that has seen a task (outside any hash tag)."""
-        return f"{self.ns}:queues"
+        """Set of every queue name that has seen a task (outside any hash tag on one Redis)."""
+        return self._untagged("queues")
 
     def data_epoch(self) -> str:
         """String: the data epoch marker (a random id and the server time of the first use), under
@@ -172,14 +183,14 @@ class Keys:
 
     def periodic_state(self, name: str) -> str:
         """Hash: a periodic schedule's last fired period (ms), its task and when it was recorded
-        (engine/periodic/schedules.py). Outside any hash tag: its name is kept from before the
-        global tag, so a deployment's schedules keep their state across an upgrade."""
-        return f"{self.ns}:periodic:{name}"
+        (engine/periodic/schedules.py). Outside any hash tag on one Redis: its name is kept from
+        before the global tag, so a deployment's schedules keep their state across an upgrade."""
+        return self._untagged(f"periodic:{name}")
 
     def scheduler_lock(self) -> str:
         """String: the lock of the scheduler tick (engine/periodic/scheduler.py), per namespace, held by
         the scheduler working now; a short TTL. Outside any hash tag, like ``periodic_state``."""
-        return f"{self.ns}:scheduler_lock"
+        return self._untagged("scheduler_lock")
 
     def deadline_channels(self) -> list[str]:
         """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a

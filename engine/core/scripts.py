@@ -10,6 +10,7 @@ import random
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from .cluster import batch
 from .config import Config
 from .errors import (
     AttemptEnded,
@@ -109,6 +110,10 @@ class Scripts:
             if self.redis.script_load(source(name)) != shas[name]:
                 raise RuntimeError(f"script {name} loaded under an unexpected sha")
         return missing
+
+    def pipeline(self):
+        """A pipeline for ``client=`` calls (on a cluster a ScriptBatch: a round trip per shard)."""
+        return batch(self.redis, self._scripts.values())
 
     @staticmethod
     def replies(pipe) -> list[list]:
@@ -321,7 +326,7 @@ class Scripts:
         for task_id in task_keys:
             by_queue.setdefault(parse_task_id(task_id), []).append(task_id)
         head = ["1" if owner is None else "0", owner or "", "1" if full else "0"]
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.pipeline()
         for ids in by_queue.values():
             self._call("read", [k for i in ids for k in task_keys[i]], [*head, *ids], client=pipe)
         out: dict[str, Any] = {}

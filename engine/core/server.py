@@ -7,34 +7,38 @@ import warnings
 
 import redis as redis_lib
 
+from .cluster import is_cluster
 from .errors import RedisSetupError
 
 log = logging.getLogger("ghostless")
 MIN_VERSION = (6, 2)
 
 
-def check_server(client, strict: bool = False) -> list[str]:
+def check_server(client, strict: bool = False, node: str = "") -> list[str]:
     """Raise RedisSetupError for a Redis too old; warn (or raise when strict) on eviction.
 
     Returns the warnings given. Servers that refuse INFO or CONFIG (fakeredis,
-    some managed services) are reported as unverifiable, never as errors.
+    some managed services) are reported as unverifiable, never as errors. On a cluster every
+    primary is checked, each message starting with its ``host:port``.
     """
+    if is_cluster(client):
+        return [m for n in client.get_primaries() for m in check_server(n.redis_connection, strict, f"{n.name}: ")]
     found: list[str] = []
     try:
         version = client.info("server").get("redis_version", "0")
     except redis_lib.ResponseError:
-        return ["server refuses INFO: version and eviction policy not verified"]
+        return [f"{node}server refuses INFO: version and eviction policy not verified"]
     parts = tuple(int(p) for p in str(version).split(".")[:2] if p.isdigit())
     if parts < MIN_VERSION:
-        raise RedisSetupError(f"Redis {version} is too old: ghostless needs Redis >= 6.2 (Lua TIME, ZADD GT)")
+        raise RedisSetupError(f"{node}Redis {version} is too old: ghostless needs Redis >= 6.2 (Lua TIME, ZADD GT)")
     try:
         policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "")
     except redis_lib.ResponseError:
         policy = None
-        found.append("CONFIG GET refused: cannot verify maxmemory-policy is noeviction")
+        found.append(f"{node}CONFIG GET refused: cannot verify maxmemory-policy is noeviction")
     if policy not in (None, "noeviction"):
         msg = (
-            f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict task keys "
+            f"{node}Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict task keys "
             "and tasks would vanish. Set maxmemory-policy noeviction."
         )
         if strict:
@@ -44,7 +48,7 @@ def check_server(client, strict: bool = False) -> list[str]:
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
     log.debug("Redis %s, maxmemory-policy %s", version, policy)
     for level, msg in persistence_notes(client):
-        log.log(level, msg)
+        log.log(level, node + msg)
     return found
 
 

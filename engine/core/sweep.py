@@ -105,7 +105,7 @@ def _run(engine, ids: list[str], call) -> list[list]:
     pipeline; replies in order."""
     if not ids:
         return []
-    pipe = engine.redis.pipeline(transaction=False)
+    pipe = engine.scripts.pipeline()
     for task_id in ids:
         call(task_id, pipe)
     return engine.scripts.replies(pipe)
@@ -162,7 +162,7 @@ def _purge(engine, queue: str, task_ids: list[str]) -> int:
     for tid in task_ids:
         pipe.hget(engine.keys.task(tid).task, "owner")
     owners = [text_or_none(o) for o in pipe.execute()]
-    pipe = engine.redis.pipeline(transaction=False)
+    pipe = engine.scripts.pipeline()
     for tid, owner in zip(task_ids, owners):
         engine.scripts.purge(
             engine.keys.task(tid), tid, engine.keys.owner_index(queue, owner) if owner else None, client=pipe

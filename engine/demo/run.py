@@ -98,7 +98,9 @@ def _start_redis(workdir: str):
 def _wait_redis(url: str, timeout: float = 15) -> None:
     import redis
 
-    client = redis.Redis.from_url(url)
+    from ghostless.core.connect import connect
+
+    client = connect(url)
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -898,10 +898,19 @@ def test_state_machine_on_fakeredis():
         client.close()
 
 
-def test_state_machine_on_real_redis(redis_server):
-    client = redis_server.client()
+def run_on(client, name: str, examples: int, steps: int) -> int:
+    """``run`` on a real server's ``client``, emptied and closed afterwards."""
     try:
-        assert run(machine_for(client, "RealRedisTaskMachine"), examples=50, steps=55) >= 2000
+        return run(machine_for(client, name), examples=examples, steps=steps)
     finally:
         client.flushall()
         client.close()
+
+
+def test_state_machine_on_real_redis(redis_server):
+    assert run_on(redis_server.client(), "RealRedisTaskMachine", examples=50, steps=55) >= 2000
+
+
+def test_state_machine_on_a_redis_cluster(redis_cluster):
+    # Fewer examples than on one Redis: the same rules, each key of a task on its queue's shard.
+    assert run_on(redis_cluster.client(), "ClusterTaskMachine", examples=20, steps=40) >= 500
