@@ -34,6 +34,7 @@ from rq.exceptions import DequeueTimeout
 from rq.job import Job
 from rq.worker import Worker
 
+from ghostless.core.cluster import is_cluster as core_is_cluster
 from ghostless.core.keys import rq_job_tagged
 
 from .outage import RidingQueue
@@ -43,7 +44,8 @@ WAKE_WAIT = 1.0  # seconds an idle worker on several slots waits for an announce
 
 
 def is_cluster(client) -> bool:
-    return isinstance(client, (RedisCluster, RQClusterConnection))
+    """A Redis Cluster client, or RQ's connection over one."""
+    return isinstance(client, RQClusterConnection) or core_is_cluster(client)
 
 
 class RQClusterConnection:
@@ -100,7 +102,7 @@ class RQClusterConnection:
 
 def rq_cluster_connection(client, wake_channel: str | None = None):
     """RQ's connection for ``client``: the client itself on a standalone Redis."""
-    return RQClusterConnection(client, wake_channel) if isinstance(client, RedisCluster) else client
+    return RQClusterConnection(client, wake_channel) if core_is_cluster(client) else client
 
 
 class ClusterConnection:

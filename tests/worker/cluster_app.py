@@ -1,16 +1,12 @@
-"""tests.apps.basic's task types on an engine over a Redis Cluster, for worker and sweeper
-processes (``--app tests.worker.cluster_app:engine``), plus ``relay`` and ``post`` on queues of
-other shards than basic's ``work`` (under the 3-master slot split of tests/support/cluster.py).
-
-GHOSTLESS_REDIS_URL is ``redis+cluster://host:port[,host:port...]`` (tests/support/cluster.py);
-the client is built here, ``Engine(RedisCluster(...))``.
+"""tests.apps.basic's task types on a Redis Cluster, for worker and sweeper processes
+(``--app tests.worker.cluster_app:engine``, GHOSTLESS_REDIS_URL ``redis+cluster://...``), plus
+``relay`` and ``post`` on queues of other shards than basic's ``work`` (under the 3-master slot
+split of tests/support/cluster.py).
 """
 
 from __future__ import annotations
 
 import os
-
-from redis.cluster import ClusterNode, RedisCluster
 
 from ghostless import Engine
 from tests.apps import basic
@@ -25,18 +21,8 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def cluster_client(url: str) -> RedisCluster:
-    scheme = "redis+cluster://"
-    if not url.startswith(scheme):
-        raise ValueError(f"not a cluster URL: {url!r}")
-    nodes = [
-        ClusterNode(host, int(port)) for host, _, port in (a.rpartition(":") for a in url[len(scheme) :].split(","))
-    ]
-    return RedisCluster(startup_nodes=nodes, socket_timeout=10, socket_connect_timeout=5)
-
-
-def register(engine: Engine, lease: float = basic.LEASE) -> Engine:
-    basic.register(engine, lease=lease)
+def register_others(engine: Engine, lease: float = basic.LEASE) -> Engine:
+    """The types of this app's other queues."""
 
     def relay(ctx, tag=""):
         basic.note(ctx, "start")
@@ -51,10 +37,12 @@ def register(engine: Engine, lease: float = basic.LEASE) -> Engine:
     return engine
 
 
+def register(engine: Engine, lease: float = basic.LEASE) -> Engine:
+    return register_others(basic.register(engine, lease=lease), lease=lease)
+
+
 def app_engine() -> Engine:
     global _engine
     if _engine is None:
-        client = cluster_client(os.environ["GHOSTLESS_REDIS_URL"])
-        _engine = register(Engine(client, namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl"), config=basic.config()))
-        basic._engine = _engine  # basic's task functions write their side-effect log through it
+        _engine = register_others(basic.app_engine())  # Engine.from_url(GHOSTLESS_REDIS_URL)
     return _engine
