@@ -19,14 +19,14 @@ import pytest
 from redis.cluster import key_slot
 from rq.exceptions import DequeueTimeout
 
-from ghostless import Engine, State
+from ghostless import Config, Engine, State
 from ghostless.core.keys import rq_queue_name, rq_wake_channel
 from ghostless.execution.rq_cluster import WAKE_WAIT, ClusterQueue, RQClusterConnection
 from ghostless.execution.rq_dispatch import RQDispatcher
 from ghostless.execution.worker import build_worker
 from tests.apps import basic
 from tests.support.procs import app_env, start_sweeper
-from tests.support.wait import wait_until
+from tests.support.wait import server_ms, wait_for_server_time, wait_until
 from tests.worker import cluster_app
 from tests.worker.helpers import (
     LEASE,
@@ -211,6 +211,27 @@ def test_a_killed_worker_s_task_is_recovered_by_the_sweeper_and_run_by_another(e
     ]
     assert [e.split(":")[0] for e in logged(engine, task.id, "done")] == ["2"]
     assert engine.check() == []
+
+
+def test_the_sweeper_finds_a_lost_job_by_its_queue_and_dispatches_the_task_again(cluster):
+    client = cluster.client(socket_timeout=10)
+    engine = cluster_app.register(Engine(client, namespace=NS, config=Config(requeue_after=0.2)))
+    kept = engine.submit("relay", {"tag": "kept"}, owner=OWNER)
+    lost = engine.submit("post", {"tag": "lost"}, owner=OWNER)
+    lost_dispatch = client.hget(engine.keys.task(lost.id).task, "dispatch_id").decode()
+    rq_list = f"rq:queue:{rq_queue_name(NS, cluster_app.OTHER, tagged=True)}"
+    assert client.lrem(rq_list, 0, f"{cluster_app.OTHER}-{lost_dispatch}") == 1  # a pop whose reply was lost
+    wait_for_server_time(client, server_ms(client) + 300)
+
+    report = engine.sweep()
+
+    assert (report.dispatched, report.refreshed) == (1, 1)  # the lost job dispatched again; the other kept
+    again = client.hget(engine.keys.task(lost.id).task, "dispatch_id").decode()
+    assert again != lost_dispatch
+    assert client.lrange(rq_list, 0, -1) == [f"{cluster_app.OTHER}-{again}".encode()]
+    assert build_worker(engine, worker_class="simple").work(burst=True, logging_level="WARNING")
+    assert [engine.get(t.id).status for t in (kept, lost)] == [State.SUCCESS, State.SUCCESS]
+    client.close()
 
 
 def test_standalone_redis_keeps_rq_s_own_names(redis_server):
