@@ -74,7 +74,7 @@ class IdleDispatcher:
     def enqueue(self, *a):
         raise AssertionError("the tick benchmark dispatched a task: something was due")
 
-    def job_exists(self, dispatch_id):
+    def job_exists(self, dispatch_id, queue=None):
         raise AssertionError("the tick benchmark checked a job: something was due")
 
 

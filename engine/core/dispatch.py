@@ -26,8 +26,8 @@ class Dispatcher(Protocol):
         attempt to one execution.
         """
 
-    def job_exists(self, dispatch_id: str) -> bool:
-        """Whether the job of a QUEUED task is still waiting or running (sweeper check)."""
+    def job_exists(self, dispatch_id: str, queue: str) -> bool:
+        """Whether the job of a QUEUED task of ``queue`` is still waiting or running (sweeper check)."""
 
     def workers(self) -> list[dict]:
         """The executor's workers serving this namespace (the dashboard's list); [] when it has none."""
@@ -39,7 +39,7 @@ class NullDispatcher:
     def enqueue(self, task_id, queue, dispatch_id, priority, timeout, at_front=False) -> None:  # pragma: no cover
         raise RuntimeError("NullDispatcher never enqueues")
 
-    def job_exists(self, dispatch_id) -> bool:  # pragma: no cover
+    def job_exists(self, dispatch_id, queue=None) -> bool:  # pragma: no cover
         return False
 
     def workers(self) -> list[dict]:

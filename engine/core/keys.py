@@ -39,6 +39,49 @@ def parse_task_id(task_id: object) -> str | None:
     return m.group(1) if m else None
 
 
+def queue_tag(queue: str) -> str:
+    """The hash tag of every key of a queue: its Redis Cluster slot (``{images}``)."""
+    return f"{{{queue}}}"
+
+
+# RQ's names for a queue's jobs (engine/execution/rq_dispatch.py, rq_cluster.py). On a standalone
+# Redis they are RQ's own: queue ``gl.images@+5`` (key ``rq:queue:gl.images@+5``), job id = the
+# dispatch id. On a Cluster ("tagged") they carry the queue's hash tag, so every RQ key of a
+# queue's jobs is in that queue's slot: queue ``gl.{images}@+5``, job id ``images-<dispatch id>``
+# (RQ allows no braces in a job id) whose key is ``rq:job:{images}-<dispatch id>``.
+
+
+def rq_queue_name(namespace: str, queue: str, priority: int = 0, tagged: bool = False) -> str:
+    """The RQ queue of one priority of a queue: ``gl.images`` (0), ``gl.images@+5``,
+    ``gl.images@-3``; tagged: ``gl.{images}@+5``."""
+    return f"{namespace}.{queue_tag(queue) if tagged else queue}" + (f"@{priority:+d}" if priority else "")
+
+
+def rq_job_id(queue: str, dispatch_id: str) -> str:
+    """The RQ job id of a dispatch on a Cluster: ``images-<dispatch id>``."""
+    return f"{queue}-{dispatch_id}"
+
+
+def rq_dispatch_id(job_id: str) -> str:
+    """The dispatch id an RQ job id carries (a standalone job's id is its dispatch id)."""
+    return job_id.rpartition("-")[2] if rq_job_tagged(job_id) else job_id
+
+
+def rq_job_tagged(job_id: str) -> str | None:
+    """``{images}-<dispatch id>``, the tagged part of a Cluster job's keys; None for an id of
+    another form (a standalone job's, RQ's own uuid4 ids)."""
+    queue, sep, dispatch_id = job_id.rpartition("-")
+    if not sep or not valid_queue(queue) or not re.fullmatch(r"[0-9a-f]{32}", dispatch_id):
+        return None
+    return f"{queue_tag(queue)}-{dispatch_id}"
+
+
+def rq_wake_channel(namespace: str) -> str:
+    """Pub/sub channel on which the RQ dispatcher on a Cluster announces each enqueue, so that
+    workers serving queues on several shards look at their lists at once (rq_cluster.py)."""
+    return f"{namespace}:rq:enqueued"
+
+
 def _owner_digest(owner: str) -> str:
     # Hashed: owner names are user input of any length and alphabet.
     return hashlib.sha256(owner.encode()).hexdigest()[:32]

@@ -193,7 +193,7 @@ def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, co
         if status not in (State.PENDING.value, State.QUEUED.value):
             continue
         try:
-            if status == State.QUEUED.value and dispatch_id and engine.dispatcher.job_exists(dispatch_id):
+            if status == State.QUEUED.value and dispatch_id and engine.dispatcher.job_exists(dispatch_id, queue):
                 # The job is still waiting: look again after requeue_after.
                 engine.scripts.dispatch(
                     engine.keys.task(tid),

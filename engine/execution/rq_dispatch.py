@@ -2,20 +2,25 @@
 
 Jobs use RQ's JSON serializer (never pickle), a job id unique per dispatch,
 ``unique=True``, no RQ retries (the engine owns retries) and short result TTLs.
+On a Redis Cluster, RQ's names carry the queue's hash tag (engine/execution/rq_cluster.py).
 """
 
 from __future__ import annotations
 
 import logging
 
-from rq import Queue, Worker
+import redis as redis_lib
+from rq import Queue
 from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
+from ghostless.core import keys as keys_mod
 from ghostless.core.dispatch import register
 from ghostless.core.priority import LEVELS
 from ghostless.core.text import text
+
+from .rq_cluster import ClusterJob, ClusterQueue, ListedWorker, is_cluster, rq_cluster_connection
 
 log = logging.getLogger("ghostless.dispatch")
 
@@ -25,14 +30,12 @@ RESULT_TTL = 60  # RQ's own records matter for minutes at most; the task hash is
 FAILURE_TTL = 3600
 
 
-def rq_queue_name(namespace: str, queue: str, priority: int = 0) -> str:
-    """The RQ list of one priority of a queue: ``gl.images`` (0), ``gl.images@+5``, ``gl.images@-3``."""
-    return f"{namespace}.{queue}" + (f"@{priority:+d}" if priority else "")
+rq_queue_name = keys_mod.rq_queue_name  # (namespace, queue, priority=0, tagged=False)
 
 
-def rq_queue_names(namespace: str, queue: str) -> list[str]:
+def rq_queue_names(namespace: str, queue: str, tagged: bool = False) -> list[str]:
     """Every priority's RQ list of a queue, highest first: the order a worker pops them in."""
-    return [rq_queue_name(namespace, queue, p) for p in LEVELS]
+    return [rq_queue_name(namespace, queue, p, tagged) for p in LEVELS]
 
 
 class RQDispatcher:
@@ -41,9 +44,27 @@ class RQDispatcher:
     def __init__(self, redis, namespace: str):
         self.redis = redis
         self.namespace = namespace
+        self.cluster = is_cluster(redis)
+        self.rq_redis = rq_cluster_connection(redis)  # RQ's calls: its pipelines work on a Cluster
+        self.wake_channel = keys_mod.rq_wake_channel(namespace)
+        self.queue_class = ClusterQueue if self.cluster else Queue
+        self.job_class = ClusterJob if self.cluster else Job
 
     def rq_queue(self, queue: str, priority: int = 0) -> Queue:
-        return Queue(rq_queue_name(self.namespace, queue, priority), connection=self.redis, serializer=JSONSerializer)
+        return self.queue_class(
+            rq_queue_name(self.namespace, queue, priority, self.cluster),
+            connection=self.rq_redis,
+            serializer=JSONSerializer,
+            job_class=self.job_class,
+        )
+
+    def job_id(self, queue: str | None, dispatch_id: str) -> str:
+        """The RQ job of a dispatch: the dispatch id itself, or on a Cluster one carrying its queue."""
+        if not self.cluster:
+            return dispatch_id
+        if queue is None:
+            raise ValueError("on a Redis Cluster, an RQ job is found by its queue and dispatch id")
+        return keys_mod.rq_job_id(queue, dispatch_id)
 
     def enqueue(
         self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float, at_front: bool = False
@@ -52,7 +73,7 @@ class RQDispatcher:
             self.rq_queue(queue, priority).enqueue_call(
                 JOB_FUNC,
                 args=[task_id],
-                job_id=dispatch_id,
+                job_id=self.job_id(queue, dispatch_id),
                 unique=True,
                 timeout=int(timeout + GRACE),
                 at_front=at_front,
@@ -62,8 +83,18 @@ class RQDispatcher:
             )
         except DuplicateJobError:
             pass  # a resent enqueue of the same dispatch: the job is there
+        if self.cluster:
+            self._announce(queue)
 
-    def job_exists(self, dispatch_id: str) -> bool:
+    def _announce(self, queue: str) -> None:
+        """Wake the idle workers that serve queues on several shards (rq_cluster.py). Lost, it
+        only delays the job by rq_cluster.WAKE_WAIT: the job is in its list already."""
+        try:
+            self.redis.publish(self.wake_channel, queue)
+        except redis_lib.RedisError as e:
+            log.debug("could not announce a job of queue %s: %s", queue, e)
+
+    def job_exists(self, dispatch_id: str, queue: str | None = None) -> bool:
         """Whether the job will still run. Asked only when a task stayed QUEUED for requeue_after.
 
         A job whose record says "queued" but that is in no RQ list was popped by a worker whose
@@ -71,19 +102,21 @@ class RQDispatcher:
         still QUEUED this long was taken by a worker that died before its claim. Both are lost.
         """
         try:
-            job = Job.fetch(dispatch_id, connection=self.redis, serializer=JSONSerializer)
+            job = self.job_class.fetch(
+                self.job_id(queue, dispatch_id), connection=self.rq_redis, serializer=JSONSerializer
+            )
             status = job.get_status()
         except NoSuchJobError:
             return False
         if status == JobStatus.QUEUED:
-            return self.redis.lpos(Queue(job.origin, connection=self.redis).key, dispatch_id) is not None
+            return self.redis.lpos(Queue(job.origin, connection=self.redis).key, job.id) is not None
         return status in (JobStatus.SCHEDULED, JobStatus.DEFERRED)
 
     def workers(self) -> list[dict]:
         """RQ workers serving this namespace's queues (from RQ's own registry; the dashboard's list)."""
         prefix = self.namespace + "."
         try:
-            found = Worker.all(connection=self.redis)
+            found = ListedWorker.all(connection=self.rq_redis)
         except Exception:  # RQ data we cannot read must not break the dashboard
             log.exception("cannot list RQ workers")
             return []
@@ -98,13 +131,21 @@ class RQDispatcher:
                     "hostname": text(w.hostname),
                     "pid": w.pid,
                     "state": str(w.get_state()),
-                    "queues": [q[len(prefix) :] if q.startswith(prefix) else q for q in queues],
+                    "queues": [self._queue_of(q) for q in queues],
                     "current_job": w.get_current_job_id(),
                     "last_heartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
                     "started_at": w.birth_date.timestamp() if w.birth_date else None,
                 }
             )
         return out
+
+    def _queue_of(self, rq_queue: str) -> str:
+        """``images@+5`` for the RQ queue ``gl.images@+5`` (or ``gl.{images}@+5``, on a Cluster)."""
+        prefix = self.namespace + "."
+        if not rq_queue.startswith(prefix):
+            return rq_queue
+        name = rq_queue[len(prefix) :]
+        return name[1:].replace("}", "", 1) if name.startswith("{") else name
 
 
 register("rq", RQDispatcher)  # Engine(redis) / Engine(..., dispatcher="rq") (engine/core/dispatch.py)

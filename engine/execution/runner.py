@@ -29,6 +29,7 @@ from ghostless.core.errors import (
     UnknownTaskType,
     WrongDispatch,
 )
+from ghostless.core.keys import rq_dispatch_id
 from ghostless.execution import runtime
 
 from .context import AttemptReleased, AttemptStopped, TaskContext
@@ -62,7 +63,7 @@ def run_task(task_id: str) -> None:
     name = getattr(worker, "name", None) or f"pid-{os.getpid()}"
     claim_id = getattr(worker, "claim_id", None)
     try:
-        lease = engine.claim(task_id, name, dispatch_id=job.id if job else "", claim_id=claim_id)
+        lease = engine.claim(task_id, name, dispatch_id=rq_dispatch_id(job.id) if job else "", claim_id=claim_id)
     except UnknownTaskType as e:
         log.error("refused task %s: type %r is not registered in this worker", task_id, e.name)
         return

@@ -27,6 +27,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
+from ghostless.core.keys import rq_dispatch_id, rq_wake_channel
 from ghostless.core.lease_calls import client_like, no_resends
 from ghostless.core.text import text_or_none
 from ghostless.execution import (
@@ -35,6 +36,7 @@ from ghostless.execution import (
 )
 
 from .outage import RidesOutRedis
+from .rq_cluster import ClusterConnection, ClusterJob, ClusterQueue, is_cluster, rq_cluster_connection
 from .rq_dispatch import rq_queue_names
 
 log = logging.getLogger("ghostless.worker")
@@ -42,7 +44,7 @@ WORKER_CLASSES = ("fork", "simple")
 REDIS_RETRIES = 14  # with ExponentialBackoff(cap=1 s, base=50 ms): about 10 s of resends
 
 
-class _EngineHooks(RidesOutRedis):
+class _EngineHooks(ClusterConnection, RidesOutRedis):
     """What both worker classes add to RQ's: a claim id per job, reports for lost attempts, and
     riding out Redis failures (engine/execution/outage.py)."""
 
@@ -54,7 +56,7 @@ class _EngineHooks(RidesOutRedis):
         # Made before the fork, so the parent knows which claim its horse made.
         self.claim_id = uuid.uuid4().hex
         self._task_id = job.args[0] if job.args else None
-        self._job_id = job.id
+        self._dispatch_id = rq_dispatch_id(job.id)
         try:
             super().execute_job(job, queue)
         except REDIS_FAULTS as e:  # RQ's bookkeeping around the job: the attempt reports on its own
@@ -107,7 +109,7 @@ class _EngineHooks(RidesOutRedis):
     def _redispatch_unclaimed(self) -> None:
         row = self.engine.redis.hmget(self.engine.keys.task(self._task_id).task, "status", "dispatch_id")
         status, dispatch_id = (text_or_none(v) for v in row)
-        if status == "QUEUED" and dispatch_id == getattr(self, "_job_id", None):
+        if status == "QUEUED" and dispatch_id == getattr(self, "_dispatch_id", None):
             self.engine.dispatch(self._task_id)
             log.warning("task %s: its job died before the claim; dispatched again", self._task_id)
 
@@ -206,7 +208,7 @@ def resolve_driver_info_once(client) -> None:
     )
 
 
-def rq_connection(client):
+def rq_connection(client, namespace: str):
     """A client of its own for RQ, on the same server and settings, without resends.
 
     RQ raises its connection's socket timeout above its blocking dequeue (minutes). On a
@@ -215,7 +217,7 @@ def rq_connection(client):
     No resends: the worker rides out a failing Redis itself (engine/execution/outage.py), and a resending
     RQ call would keep it from watching its work-horse for ~10 s at a time.
     """
-    return client_like(client, **no_resends())
+    return rq_cluster_connection(client_like(client, **no_resends()), rq_wake_channel(namespace))
 
 
 def build_worker(
@@ -229,12 +231,16 @@ def build_worker(
     cls = GhostlessWorker if worker_class == "fork" else GhostlessSimpleWorker
     ride_out_redis_restarts(engine.redis)
     resolve_driver_info_once(engine.redis)
-    # Highest priority first across all the worker's queues: BLPOP takes the first non-empty list.
-    by_queue = [rq_queue_names(engine.keys.ns, q) for q in names]
+    # Highest priority first across all the worker's queues: BLPOP takes the first non-empty list
+    # (on a Cluster, ClusterQueue.lpop keeps that order across slots).
+    cluster = is_cluster(engine.redis)
+    by_queue = [rq_queue_names(engine.keys.ns, q, tagged=cluster) for q in names]
     lists = [level[i] for i in range(len(by_queue[0])) for level in by_queue]
+    if cluster:
+        kwargs = {"queue_class": ClusterQueue, "job_class": ClusterJob, **kwargs}
     worker = cls(
         lists,
-        connection=rq_connection(engine.redis),
+        connection=rq_connection(engine.redis, engine.keys.ns),
         name=name,
         serializer=JSONSerializer,
         job_monitoring_interval=2,

@@ -23,7 +23,7 @@ class FakeDispatcher:
         self.enqueued.append((task_id, queue, dispatch_id))
         self.priorities[dispatch_id] = priority
 
-    def job_exists(self, dispatch_id: str) -> bool:
+    def job_exists(self, dispatch_id: str, queue: str | None = None) -> bool:
         return dispatch_id in self.jobs
 
     def lose(self, dispatch_id: str) -> None:
