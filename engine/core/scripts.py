@@ -192,9 +192,9 @@ class Scripts:
             raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")
         return refuse(reply, "claim", task_id)
 
-    # -- the lease holder's calls: the fencing token first; LeaseLost and its kin -------------------
+    # -- the lease holder's calls: token and claim id first; LeaseLost and its kin -------------------
     def _hold(self, verb: str, keys: TaskKeys, lease: Lease, *argv: Any, extra: str | None = None, via=None) -> list:
-        reply = self._call(verb, [*keys, *([extra] if extra else [])], [lease.token, *argv], via=via)
+        reply = self._call(verb, [*keys, *([extra] if extra else [])], [lease.token, lease.claim_id, *argv], via=via)
         return refuse(reply, verb, lease.task_id, lease.token)
 
     def heartbeat(self, keys: TaskKeys, lease: Lease, lease_ms: int, via=None) -> list:
