@@ -28,6 +28,7 @@ from .errors import (
 from .keys import TaskKeys, parse_task_id
 from .lua_source import SCRIPTS, script_shas, source
 from .models import Lease
+from .replication import Waiter
 from .text import decoded
 
 
@@ -80,23 +81,27 @@ class Scripts:
         #: called with a queue's waiting-set key when a script ended a task others wait on
         self.on_resolve = on_resolve
         self._cfg = config.script_argv()
+        self._waiter = Waiter(redis, config)
         self._scripts = {name: redis.register_script(source(name)) for name in SCRIPTS}
 
     def _call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None, via=None) -> list:
         """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``.
         ``via``: another client of the same server to send it on (the heartbeat's own).
 
-        Raises RedisFull when Redis refuses the script's writes (maxmemory under noeviction).
+        Raises RedisFull when Redis refuses the script's writes (maxmemory under noeviction),
+        ReplicationTimeout (``Config.wait_replicas``) when too few replicas acknowledged them.
         """
+        script, argv = self._scripts[name], [*self._cfg, *args]
         if client is not None:
-            return self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=client)
+            return script(keys=list(keys), args=argv, client=client)
         with refusing_full(name):
-            reply = self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=via)
-        reply = parse(reply)
+            raw, acked = self._waiter.call(name, script, list(keys), argv, via or self.redis)
+        reply = parse(raw)
         if reply and reply[-1] == RESOLVE_MARK:
             reply.pop()
             if self.on_resolve:
                 self.on_resolve(keys[WAITING])
+        self._waiter.check(acked, name, keys, reply)
         return reply
 
     def ensure_loaded(self) -> list[str]:
@@ -110,10 +115,12 @@ class Scripts:
                 raise RuntimeError(f"script {name} loaded under an unexpected sha")
         return missing
 
-    @staticmethod
-    def replies(pipe) -> list[list]:
-        """Run a pipeline of ``client=pipe`` calls: their parsed replies, in order."""
-        return [parse(r) for r in pipe.execute()]
+    def replies(self, pipe) -> list[list]:
+        """Run a pipeline of ``client=pipe`` calls: their parsed replies, in order (then one WAIT)."""
+        raw, acked = self._waiter.execute(pipe)
+        out = [parse(r) for r in raw]
+        self._waiter.check(acked, f"pipeline of {len(out)} scripts", (), out)
+        return out
 
     # -- client calls -----------------------------------------------------------------------------
     def submit(

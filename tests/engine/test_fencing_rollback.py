@@ -16,8 +16,8 @@ import pytest
 
 from ghostless import Engine, LeaseLost, State, TaskCancelled
 from tests.conftest import register_test_types
+from tests.support.replicas import replicated_pair
 from tests.support.snapshots import HOLDER_CALLS
-from tests.support.wait import wait_until
 
 
 def snapshot(r) -> dict:
@@ -91,10 +91,8 @@ def test_the_lease_of_a_claim_replayed_by_its_id_is_the_same_lease(engine):
 
 def test_a_promoted_replica_that_missed_the_claim_refuses_its_lease(private_redis):
     """Two real servers: the replica is promoted (REPLICAOF NO ONE) before the claim reaches it."""
-    primary, replica = private_redis(), private_redis()
+    primary, replica = replicated_pair(private_redis)
     rp, rr = primary.client(), replica.client()
-    rr.replicaof("127.0.0.1", primary.port)
-    wait_until(lambda: rr.info("replication")["master_link_status"] == "up", what="replica in sync")
     old = register_test_types(Engine(rp, namespace="t", dispatcher=None))
     task = old.submit("render", {"prompt": "p"}, owner="alice")
     assert rp.wait(1, 5000) == 1  # the replica has the submit
