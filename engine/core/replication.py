@@ -3,18 +3,15 @@
 Redis replicates asynchronously; ``WAIT n ms`` blocks until ``n`` replicas have every write made
 so far *on the connection WAIT is sent on*. A pooled client may send two calls on two connections,
 so a script and its WAIT go in one pipeline (``transaction=False``: redis-py sends a pipeline's
-commands on one connection, in order, without MULTI). A sweeper's pipeline of scripts ends with
-one WAIT. Scripts that only read never wait (``READ_ONLY``).
+commands on one connection, in order, without MULTI; scripts.py ``_then_wait`` sends it, as the
+one place that runs Lua). A sweeper's pipeline of scripts ends with one WAIT. Scripts that only
+read never wait (``READ_ONLY``).
 
-WAIT is not consensus: it says replicas have the write, not that a failover will pick one of them.
-"""
+WAIT is not consensus: it says replicas have the write, not that a failover will pick one of them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-from redis.exceptions import NoScriptError
 
 from .config import Config, ms
 from .errors import RedisSetupError, ReplicationTimeout
@@ -36,36 +33,21 @@ class Waiter:
                 f"wait_replicas={self.replicas} needs a Redis server with replicas; fakeredis has no WAIT"
             )
 
-    def call(self, name: str, script, keys: list[str], args: list, client) -> tuple[Any, int | None]:
-        """Run script ``name`` on ``client``: (raw reply, replicas that acknowledged its writes, or
-        None when it does not wait). Raises the script's errors as redis-py's Script would."""
-        if not self.replicas or name in READ_ONLY:
-            return script(keys=keys, args=args, client=client), None
-        return self._run(script, keys, args, client)
+    @property
+    def command(self) -> tuple:
+        """The WAIT command sent after a write."""
+        return ("WAIT", self.replicas, self.timeout_ms)
 
-    def _run(self, script, keys: Sequence[str], args: Sequence[Any], client) -> tuple[Any, int]:
-        """EVALSHA ``script`` then WAIT, on one connection of ``client``. Loads the script once on
-        NOSCRIPT (it did not run: sending it again is safe)."""
-        for first in (True, False):
-            pipe = client.pipeline(transaction=False)
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-            pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
-            reply, acked = pipe.execute(raise_on_error=False)
-            if first and isinstance(reply, NoScriptError):
-                client.script_load(script.script)
-                continue
-            for item in (reply, acked):
-                if isinstance(item, Exception):
-                    raise item
-            break
-        return reply, int(acked)
+    def waits(self, name: str) -> bool:
+        """Whether script ``name`` is followed by WAIT."""
+        return self.replicas > 0 and name not in READ_ONLY
 
     def execute(self, pipe) -> tuple[list, int | None]:
         """Execute a pipeline of scripts, ended by one WAIT when configured: (raw replies, replicas
         that acknowledged them, or None)."""
         if not self.replicas:
             return pipe.execute(), None
-        pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
+        pipe.execute_command(*self.command)
         raw = pipe.execute()
         return raw[:-1], int(raw[-1])
 

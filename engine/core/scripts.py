@@ -10,6 +10,8 @@ import random
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from redis.exceptions import NoScriptError
+
 from .config import Config
 from .errors import (
     AttemptEnded,
@@ -95,7 +97,10 @@ class Scripts:
         if client is not None:
             return script(keys=list(keys), args=argv, client=client)
         with refusing_full(name):
-            raw, acked = self._waiter.call(name, script, list(keys), argv, via or self.redis)
+            if self._waiter.waits(name):
+                raw, acked = _then_wait(script, list(keys), argv, via or self.redis, self._waiter.command)
+            else:
+                raw, acked = script(keys=list(keys), args=argv, client=via), None
         reply = parse(raw)
         if reply and reply[-1] == RESOLVE_MARK:
             reply.pop()
@@ -335,6 +340,25 @@ class Scripts:
         for ids, reply in zip(by_queue.values(), pipe.execute() if by_queue else []):
             out.update(zip(ids, parse(reply)[1:]))
         return out
+
+
+def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
+    """EVALSHA ``script`` then the ``wait`` command in one pipeline, so on one connection (WAIT
+    counts the writes of its own connection): (raw reply, replicas that acknowledged). On NOSCRIPT
+    the script did not run: loaded, sent again. Raises the script's error as a plain call would."""
+    for first in (True, False):
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *argv)
+        pipe.execute_command(*wait)
+        reply, acked = pipe.execute(raise_on_error=False)
+        if first and isinstance(reply, NoScriptError):
+            client.script_load(script.script)
+            continue
+        for item in (reply, acked):
+            if isinstance(item, Exception):
+                raise item
+        break
+    return reply, int(acked)
 
 
 RESOLVE_MARK = "!resolve"  # lua/lib/record.lua: finish()

@@ -20,10 +20,12 @@ def replicated_pair(make):
 
 
 def attach(replica, primary) -> None:
-    """Make ``replica`` replicate ``primary``; return once the link is up."""
-    rr = replica.client()
+    """Make ``replica`` replicate ``primary``; return once the primary counts it for WAIT (the
+    replica's own ``master_link_status:up`` comes before the primary puts it online)."""
+    rr, rp = replica.client(), primary.client()
     rr.replicaof("127.0.0.1", primary.port)
     wait_until(lambda: rr.info("replication")["master_link_status"] == "up", what="replica in sync")
+    wait_until(lambda: rp.wait(1, 100) >= 1, what="the primary counting its replica")
 
 
 @contextmanager
