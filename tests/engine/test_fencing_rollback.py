@@ -6,17 +6,19 @@ it. The lease is the pair (token, claim id), so that worker is refused (LeaseLos
 for the new attempt's holder.
 
 The rollback is simulated deterministically on one Redis: every key is DUMPed before the claim
-and RESTOREd after it, as the promoted replica would have them. A variant on two real servers
-promotes a replica that did not see the claim.
+and RESTOREd after it, as the promoted replica would have them. Two variants on real servers: a
+replica promoted before the claim reached it, and a failover proper (replication link cut by a
+proxy, the primary SIGKILLed with the claim unreplicated, the replica promoted).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from ghostless import Engine, LeaseLost, State, TaskCancelled
+from ghostless import Config, Engine, LeaseLost, ReplicationTimeout, State, TaskCancelled
 from tests.conftest import register_test_types
-from tests.support.replicas import replicated_pair
+from tests.support.proxy import CutProxy
+from tests.support.replicas import PRIMARY_ARGS, attach, replicated_pair
 from tests.support.snapshots import HOLDER_CALLS
 
 
@@ -107,3 +109,34 @@ def test_a_promoted_replica_that_missed_the_claim_refuses_its_lease(private_redi
     with pytest.raises(LeaseLost):
         new.complete(a, {"by": "a"})
     assert new.complete(b, {"by": "b"}) == State.SUCCESS
+
+
+def test_a_failover_that_lost_the_claim_refuses_the_old_workers_lease(private_redis):
+    """A real failover: the replication link is cut (a proxy between primary and replica) before
+    the claim, the primary is SIGKILLed with the claim unreplicated, the replica is promoted."""
+    primary, replica = private_redis(*PRIMARY_ARGS), private_redis()
+    proxy = CutProxy(primary.port)
+    try:
+        attach(replica, primary, port=proxy.port)
+        rp, rr = primary.client(), replica.client()
+        old = register_test_types(Engine(rp, namespace="t", dispatcher=None))
+        task = old.submit("render", {"prompt": "p"}, owner="alice")
+        assert rp.wait(1, 5000) == 1  # the replica has the submit
+        proxy.cut()
+        a = old.claim(task.id, "worker-a")  # acknowledged by the primary alone
+        durable = Engine(rp, namespace="t", config=Config(wait_replicas=1, wait_timeout=0.2), dispatcher=None)
+        with pytest.raises(ReplicationTimeout):  # what wait_replicas=1 would have told worker A
+            durable.heartbeat(a)
+        primary.kill()
+    finally:
+        proxy.close()  # the bytes held in the cut link are dropped
+    rr.replicaof("no", "one")  # the failover
+    new = register_test_types(Engine(rr, namespace="t", dispatcher=None))
+    assert new.get(task.id).status == State.PENDING  # the claim was lost
+    b = new.claim(task.id, "worker-b")
+    assert b.token == a.token
+    for call in (lambda: new.heartbeat(a), lambda: new.complete(a, {"by": "a"})):
+        with pytest.raises(LeaseLost):  # worker A, reconnected to the new primary
+            call()
+    assert new.complete(b, {"by": "b"}) == State.SUCCESS
+    assert new.get(task.id).result == {"by": "b"}

@@ -19,11 +19,12 @@ def replicated_pair(make):
     return primary, replica
 
 
-def attach(replica, primary) -> None:
-    """Make ``replica`` replicate ``primary``; return once the primary counts it for WAIT (the
-    replica's own ``master_link_status:up`` comes before the primary puts it online)."""
+def attach(replica, primary, port: int | None = None) -> None:
+    """Make ``replica`` replicate ``primary`` (through ``port``: a proxy in front of it); return
+    once the primary counts it for WAIT (the replica's own ``master_link_status:up`` comes before
+    the primary puts it online)."""
     rr, rp = replica.client(), primary.client()
-    rr.replicaof("127.0.0.1", primary.port)
+    rr.replicaof("127.0.0.1", port or primary.port)
     wait_until(lambda: rr.info("replication")["master_link_status"] == "up", what="replica in sync")
     wait_until(lambda: rp.wait(1, 100) >= 1, what="the primary counting its replica")
 
