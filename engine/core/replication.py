@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from redis.cluster import RedisCluster
+
 from .config import Config, ms
 from .errors import RedisSetupError, ReplicationTimeout
 
@@ -32,6 +34,10 @@ class Waiter:
             raise RedisSetupError(
                 f"wait_replicas={self.replicas} needs a Redis server with replicas; fakeredis has no WAIT"
             )
+        if self.replicas and isinstance(redis, RedisCluster):
+            # A cluster client sends a keyless WAIT to any node, not on the connection that ran the
+            # script: it would count another shard's writes.
+            raise RedisSetupError(f"wait_replicas={self.replicas} is not supported on Redis Cluster yet")
 
     @property
     def command(self) -> tuple:

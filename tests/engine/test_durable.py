@@ -12,8 +12,10 @@ import time
 
 import fakeredis
 import pytest
+from redis.cluster import RedisCluster
 
 from ghostless import Config, Engine, RedisSetupError, ReplicationTimeout, State
+from ghostless.core.replication import Waiter
 from tests.conftest import register_test_types
 from tests.support.replicas import replicated_pair, stopped
 from tests.support.wait import wait_for_server_time, wait_until
@@ -48,6 +50,12 @@ def test_fakeredis_cannot_wait_so_the_engine_refuses_wait_replicas():
     with pytest.raises(RedisSetupError, match="fakeredis has no WAIT"):
         Engine(fakeredis.FakeRedis(), config=Config(wait_replicas=1), dispatcher=None)
     Engine(fakeredis.FakeRedis(), config=Config(wait_replicas=0), dispatcher=None)  # the default: fine
+
+
+def test_a_cluster_client_is_refused_for_now():
+    """WAIT must run on the connection that ran the script; a cluster client routes it anywhere."""
+    with pytest.raises(RedisSetupError, match="Redis Cluster"):
+        Waiter(RedisCluster.__new__(RedisCluster), Config(wait_replicas=1))
 
 
 @pytest.fixture
