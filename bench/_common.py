@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 from ghostless import Engine  # noqa: E402
 from ghostless.core.models import Lease  # noqa: E402
-from ghostless.core.scripts import parse  # noqa: E402
+from ghostless.core.replies import parse  # noqa: E402
 from tests.support.redis_server import RedisServer, redis_server_path  # noqa: E402
 from tests.support.wait import server_ms, wait_for_server_time  # noqa: E402
 
@@ -214,8 +214,9 @@ def complete_call(engine: Engine, lease: Lease, result=None):
     return captured_call(engine, engine.complete, lease, result)
 
 
-def lease_of(task_id: str, worker: str, reply: list) -> Lease:
-    """The Lease of a parsed claim reply, as Engine.claim makes it (lua/claim.lua's reply)."""
+def lease_of(task_id: str, worker: str, reply: list, claim_id: str) -> Lease:
+    """The Lease of a parsed claim reply, as Engine.claim makes it (lua/claim.lua's reply);
+    ``claim_id``: the one the claim sent (its ARGV[6], ``claim_call(...)[2][1]``)."""
     return Lease(
         task_id=task_id,
         token=int(reply[1]),
@@ -225,6 +226,7 @@ def lease_of(task_id: str, worker: str, reply: list) -> Lease:
         worker=worker,
         lease=int(reply[5]) / 1000,
         max_attempts=int(reply[6]),
+        claim_id=claim_id,
     )
 
 
@@ -271,9 +273,11 @@ def pipelined_lifecycles(
             batch_ids.append(tid)
         _expect_ok(pipe.execute(), "submit")
         pipe = engine.redis.pipeline(transaction=False)
-        for tid in batch_ids:
-            engine.scripts._call(*claim_call(engine, tid, worker), client=pipe)
-        leases = [lease_of(tid, worker, r) for tid, r in zip(batch_ids, _expect_ok(pipe.execute(), "claim"))]
+        claims = [claim_call(engine, tid, worker) for tid in batch_ids]
+        for call in claims:
+            engine.scripts._call(*call, client=pipe)
+        replies = _expect_ok(pipe.execute(), "claim")
+        leases = [lease_of(tid, worker, r, c[2][1]) for tid, r, c in zip(batch_ids, replies, claims)]
         pipe = engine.redis.pipeline(transaction=False)
         for lease in leases:
             engine.scripts._call(*complete_call(engine, lease, result), client=pipe)

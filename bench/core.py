@@ -269,10 +269,11 @@ def breakdown(r, engine, n: int = 3000) -> None:
             yield name, keys, argv
 
     phase("submit", submits())
+    claims = [claim_call(engine, tid, "w1") for tid in ids]
     phase(
         "claim",
-        (claim_call(engine, tid, "w1") for tid in ids),
-        lambda rep: leases.append(lease_of(ids[len(leases)], "w1", rep)),
+        iter(claims),
+        lambda rep: leases.append(lease_of(ids[len(leases)], "w1", rep, claims[len(leases)][2][1])),
     )
     phase("complete", (complete_call(engine, lease, RESULT) for lease in leases))
 

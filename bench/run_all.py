@@ -24,6 +24,7 @@ BENCHES = [  # (script, what it measures)
     ("recovery.py", "time from SIGKILL to another worker entering the task, vs plain RQ"),
     ("throughput.py", "no-op tasks through ghostless on RQ vs plain RQ jobs"),
     ("sse.py", "SSE broadcast latency, memory per subscriber, Redis connections vs flask-sse"),
+    ("durable.py", "what wait_replicas=1 costs per lifecycle: a primary and its replica, WAIT vs no WAIT"),
 ]
 
 

@@ -1,4 +1,6 @@
 -- Claim: a worker takes the task's lease and starts an attempt with a new fencing token.
+-- The lease is (token, claim id): holder calls must carry both (lib/lease: check_lease), so a
+-- claim lost in a failover cannot share a lease with the next claim that counts to its token.
 -- From: PENDING, QUEUED
 -- To: PROCESSING
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)

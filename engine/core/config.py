@@ -26,6 +26,11 @@ class Config:
         requeue_after: a QUEUED task is checked by the sweeper after this long
             (its executor job may have been lost).
         max_args_bytes / max_result_bytes: size limits of the JSON blobs.
+        wait_replicas: with N > 0, every script that writes returns only once N replicas have
+            its writes (Redis ``WAIT`` on the connection that ran it); else ReplicationTimeout
+            (the write stands on the primary but may not survive a failover). 0: no wait.
+        wait_timeout: how long a write waits for those replicas. Keep it below the client's
+            socket timeout and well below the leases (a heartbeat waits too).
     """
 
     retention: float = 7 * DAY
@@ -36,6 +41,8 @@ class Config:
     requeue_after: float = 300.0
     max_args_bytes: int = 1 << 20
     max_result_bytes: int = 1 << 20
+    wait_replicas: int = 0
+    wait_timeout: float = 1.0
 
     def __post_init__(self):
         if self.idempotency_ttl > self.retention:
@@ -45,6 +52,12 @@ class Config:
                 raise ValueError(f"{name} must be positive")
         if self.stream_maxlen < 1 or self.history_maxlen < 1:
             raise ValueError("stream_maxlen and history_maxlen must be at least 1")
+        if isinstance(self.wait_replicas, bool) or not isinstance(self.wait_replicas, int) or self.wait_replicas < 0:
+            raise ValueError(f"wait_replicas must be an integer >= 0, got {self.wait_replicas!r}")
+        if isinstance(self.wait_timeout, bool) or not isinstance(self.wait_timeout, (int, float)):
+            raise ValueError(f"wait_timeout must be a number of seconds, got {self.wait_timeout!r}")
+        if not self.wait_timeout > 0 or self.wait_timeout == float("inf"):
+            raise ValueError(f"wait_timeout must be positive and finite, got {self.wait_timeout!r}")
 
     def script_argv(self) -> list[int]:
         """ARGV[1..4] of every script (lua/lib: CFG)."""

@@ -176,6 +176,23 @@ class BadRedisURL(GhostlessError, ValueError):
     holds the URL's password."""
 
 
+class ReplicationTimeout(GhostlessError):
+    """``Config.wait_replicas`` replicas did not acknowledge a write within ``Config.wait_timeout``.
+
+    The write DID happen on the primary (the call's effect stands there and later calls see it),
+    but a failover now may promote a replica that lacks it. ``reply``: the script's parsed reply
+    (for a claim, the lease it took); ``verb``/``task_id`` name the call ('' task: a sweeper batch).
+    """
+
+    def __init__(self, verb: str, task_id: str, acked: int, wanted: int, reply=None):
+        self.verb, self.task_id, self.acked, self.wanted, self.reply = verb, task_id, acked, wanted, reply
+        what = f"{verb} of task {task_id}" if task_id else verb
+        super().__init__(
+            f"{what}: {acked} of {wanted} replicas acknowledged the write in time; it happened on the "
+            "primary but may not survive a failover"
+        )
+
+
 class RedisFull(GhostlessError, redis.exceptions.OutOfMemoryError):
     """Redis refused a write: it reached ``maxmemory`` under ``noeviction``. Nothing was changed by
     the refused call; retry once memory is freed. The redis-py ``OutOfMemoryError`` is ``__cause__``

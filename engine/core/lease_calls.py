@@ -93,7 +93,8 @@ class LeaseCalls:
 
         Args:
             dispatch_id: the executor job's id; a delivery of an older dispatch is refused.
-            claim_id: unique per claim; a resent claim with the same id returns the same lease.
+            claim_id: unique per claim (default: a random one); a resent claim with the same id
+                returns the same lease. The lease's calls must carry it (it is half of the fence).
 
         Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
             UnknownTaskType (this engine does not run the task's type; nothing is imported),
@@ -113,10 +114,9 @@ class LeaseCalls:
             if tt.breaker:
                 breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
                 spec = tt.breaker.spec(tt.breaker_name)
+        claim_id = claim_id or uuid.uuid4().hex
         try:
-            reply = self.scripts.claim(
-                keys, task_id, worker, claim_id or uuid.uuid4().hex, dispatch_id, types, breaker_key, spec
-            )
+            reply = self.scripts.claim(keys, task_id, worker, claim_id, dispatch_id, types, breaker_key, spec)
         except (RedisFull, redis.ConnectionError, redis.TimeoutError):
             if dispatch_id:  # the executor handed this job over: it will not be delivered again
                 self.job_lost(task_id, dispatch_id, patience=self.config.dispatch_grace)
@@ -134,6 +134,7 @@ class LeaseCalls:
             worker=worker,
             lease=int(reply[5]) / 1000,
             max_attempts=int(reply[6]),
+            claim_id=claim_id,
             checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)},
         )
 
@@ -209,6 +210,7 @@ class LeaseCalls:
             worker=worker,
             lease=int(lease_ms) / 1000,
             max_attempts=int(max_attempts),
+            claim_id=claim_id,
         )
 
     def heartbeat(self, lease: Lease) -> float:

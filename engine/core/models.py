@@ -130,7 +130,12 @@ class Task:
 
 @dataclass(frozen=True)
 class Lease:
-    """Proof of holding a task's lease. Every lease-holder call carries it."""
+    """Proof of holding a task's lease. Every lease-holder call carries it.
+
+    The fence is the pair (``token``, ``claim_id``): ``token`` orders the task's attempts (each
+    claim takes a higher one), ``claim_id`` (random, one per claim) tells apart two claims that
+    issued the same token on different timelines, as after a failover that lost a claim. A call
+    whose pair is not the latest claim's is refused (LeaseLost)."""
 
     task_id: str
     token: int
@@ -140,6 +145,8 @@ class Lease:
     worker: str
     lease: float  # seconds
     max_attempts: int = 1
+    #: the claim that took this lease (lua/claim.lua stores it; every holder call checks it)
+    claim_id: str = ""
     #: checkpoints saved by earlier attempts, as the claim found them (name -> JSON value)
     checkpoints: dict = field(default_factory=dict, compare=False)
 

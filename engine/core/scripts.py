@@ -10,17 +10,14 @@ import random
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from redis.exceptions import NoScriptError
+
 from .cluster import batch
 from .config import Config
 from .errors import (
-    AttemptEnded,
     Code,
     IdempotencyConflict,
     IllegalTransition,
-    LeaseLost,
-    QuotaExceeded,
-    TaskCancelled,
-    TaskNotFound,
     UnknownParent,
     UnknownTaskType,
     WrongDispatch,
@@ -29,7 +26,8 @@ from .errors import (
 from .keys import TaskKeys, parse_task_id
 from .lua_source import SCRIPTS, script_shas, source
 from .models import Lease
-from .text import decoded
+from .replication import Waiter
+from .replies import RESOLVE_MARK, WAITING, parse, quota_exceeded, refuse
 
 
 class SubmitArgs(NamedTuple):
@@ -81,23 +79,30 @@ class Scripts:
         #: called with a queue's waiting-set key when a script ended a task others wait on
         self.on_resolve = on_resolve
         self._cfg = config.script_argv()
+        self._waiter = Waiter(redis, config)
         self._scripts = {name: redis.register_script(source(name)) for name in SCRIPTS}
 
     def _call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None, via=None) -> list:
         """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``.
         ``via``: another client of the same server to send it on (the heartbeat's own).
 
-        Raises RedisFull when Redis refuses the script's writes (maxmemory under noeviction).
+        Raises RedisFull when Redis refuses the script's writes (maxmemory under noeviction),
+        ReplicationTimeout (``Config.wait_replicas``) when too few replicas acknowledged them.
         """
+        script, argv = self._scripts[name], [*self._cfg, *args]
         if client is not None:
-            return self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=client)
+            return script(keys=list(keys), args=argv, client=client)
         with refusing_full(name):
-            reply = self._scripts[name](keys=list(keys), args=[*self._cfg, *args], client=via)
-        reply = parse(reply)
+            if self._waiter.waits(name):
+                raw, acked = _then_wait(script, list(keys), argv, via or self.redis, self._waiter.command)
+            else:
+                raw, acked = script(keys=list(keys), args=argv, client=via), None
+        reply = parse(raw)
         if reply and reply[-1] == RESOLVE_MARK:
             reply.pop()
             if self.on_resolve:
                 self.on_resolve(keys[WAITING])
+        self._waiter.check(acked, name, keys, reply)
         return reply
 
     def ensure_loaded(self) -> list[str]:
@@ -115,10 +120,12 @@ class Scripts:
         """A pipeline for ``client=`` calls (on a cluster a ScriptBatch: a round trip per shard)."""
         return batch(self.redis, self._scripts.values())
 
-    @staticmethod
-    def replies(pipe) -> list[list]:
-        """Run a pipeline of ``client=pipe`` calls: their parsed replies, in order."""
-        return [parse(r) for r in pipe.execute()]
+    def replies(self, pipe) -> list[list]:
+        """Run a pipeline of ``client=pipe`` calls: their parsed replies, in order (then one WAIT)."""
+        raw, acked = self._waiter.execute(pipe)
+        out = [parse(r) for r in raw]
+        self._waiter.check(acked, f"pipeline of {len(out)} scripts", (), out)
+        return out
 
     # -- client calls -----------------------------------------------------------------------------
     def submit(
@@ -146,7 +153,7 @@ class Scripts:
         if reply[0] == Code.UNKNOWN_PARENT:
             raise UnknownParent(reply[1])
         if reply[0] == Code.QUOTA_EXCEEDED:
-            raise _quota_exceeded(reply, args.task_id)
+            raise quota_exceeded(reply, args.task_id)
         if reply[0] == Code.IDEMPOTENCY_CONFLICT:
             raise IdempotencyConflict(args.idempotency_key, reply[1])
         return reply
@@ -197,9 +204,9 @@ class Scripts:
             raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")
         return refuse(reply, "claim", task_id)
 
-    # -- the lease holder's calls: the fencing token first; LeaseLost and its kin -------------------
+    # -- the lease holder's calls: token and claim id first; LeaseLost and its kin -------------------
     def _hold(self, verb: str, keys: TaskKeys, lease: Lease, *argv: Any, extra: str | None = None, via=None) -> list:
-        reply = self._call(verb, [*keys, *([extra] if extra else [])], [lease.token, *argv], via=via)
+        reply = self._call(verb, [*keys, *([extra] if extra else [])], [lease.token, lease.claim_id, *argv], via=via)
         return refuse(reply, verb, lease.task_id, lease.token)
 
     def heartbeat(self, keys: TaskKeys, lease: Lease, lease_ms: int, via=None) -> list:
@@ -335,40 +342,20 @@ class Scripts:
         return out
 
 
-RESOLVE_MARK = "!resolve"  # lua/lib/record.lua: finish()
-WAITING = TaskKeys._fields.index("waiting")
-
-
-def parse(reply) -> list:
-    """A script's reply, decoded, with its code as a Code (a trailing RESOLVE_MARK is kept)."""
-    reply = decoded(reply)
-    reply[0] = Code(reply[0])
-    return reply
-
-
-def _quota_exceeded(reply: list, task_id: str) -> QuotaExceeded:
-    """lib/quota's refusal {QUOTA_EXCEEDED, limit, ms to wait (0: until tasks end), owner}."""
-    wait_ms = int(reply[2])
-    return QuotaExceeded(reply[3], parse_task_id(task_id) or "", reply[1], wait_ms / 1000 if wait_ms else None)
-
-
-def refuse(reply: list, verb: str, task_id: str, token: int | None = None) -> list:
-    """Turn a refusal into its exception; return a success reply unchanged."""
-    code = reply[0]
-    if code >= 0:
-        return reply
-    if code == Code.NOT_FOUND:
-        raise TaskNotFound(task_id)
-    if code == Code.ILLEGAL_TRANSITION:
-        raise IllegalTransition(task_id, reply[1], verb)
-    if code == Code.CANCELLED:
-        raise TaskCancelled(task_id, token)
-    if code == Code.LEASE_LOST:
-        raise LeaseLost(task_id, token, reply[1])
-    if code == Code.ATTEMPT_ENDED:
-        raise AttemptEnded(task_id, token, reply[1])
-    if code == Code.IDEMPOTENCY_CONFLICT:
-        raise IdempotencyConflict("", reply[1])
-    if code == Code.QUOTA_EXCEEDED:
-        raise _quota_exceeded(reply, task_id)
-    raise AssertionError(f"unexpected reply {reply!r} from {verb}")  # a script/wrapper mismatch
+def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
+    """EVALSHA ``script`` then the ``wait`` command in one pipeline, so on one connection (WAIT
+    counts the writes of its own connection): (raw reply, replicas that acknowledged). On NOSCRIPT
+    the script did not run: loaded, sent again. Raises the script's error as a plain call would."""
+    for first in (True, False):
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *argv)
+        pipe.execute_command(*wait)
+        reply, acked = pipe.execute(raise_on_error=False)
+        if first and isinstance(reply, NoScriptError):
+            client.script_load(script.script)
+            continue
+        for item in (reply, acked):
+            if isinstance(item, Exception):
+                raise item
+        break
+    return reply, int(acked)

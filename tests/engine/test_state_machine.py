@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import fakeredis
@@ -100,8 +100,9 @@ ENDING = ("complete", "fail", "release")
 INDEX = st.integers(0, 255)  # picks a task / lease / job: taken modulo the number there are
 # Which lease a lease-holder call carries: the current lease of a PROCESSING task, an older lease of
 # a task claimed again since (a stale token, preferably of a task now PROCESSING under a newer one),
-# or any lease ever taken.
-HELD = st.sampled_from(["current", "current", "stale", "any"])
+# any lease ever taken, or a lease from a lost timeline: the current token under another claim id
+# (what a worker holds after a failover lost its claim and the next claim counted to its token again).
+HELD = st.sampled_from(["current", "current", "stale", "any", "lost"])
 
 
 def ms(seconds: float) -> int:
@@ -184,10 +185,11 @@ class TaskMachine(RuleBasedStateMachine):
     def _lease(self, index: int, held: str) -> Lease:
         """A lease of the kind ``held`` names when there is one, else any lease taken so far (or,
         before any claim, a lease of no task)."""
-        if held == "current":
+        if held in ("current", "lost"):
             current = sorted(m.id for m in self.model.values() if m.status == R)
             if current:
-                return self.model[current[index % len(current)]].lease
+                lease = self.model[current[index % len(current)]].lease
+                return replace(lease, claim_id="lost-timeline") if held == "lost" and lease else lease
         elif held == "stale":
             old = [lease for lease, _ in self.leases if lease.token < self.model[lease.task_id].token]
             old = [lease for lease in old if self.model[lease.task_id].status == R] or old
@@ -243,13 +245,14 @@ class TaskMachine(RuleBasedStateMachine):
         m = self.model.get(lease.task_id)
         if m is None:
             return "missing"
-        if verb in ENDING and m.ended == (lease.token, verb):
+        latest = (lease.token, lease.claim_id) == (m.token, m.claim_id)  # the fence is the pair
+        if verb in ENDING and latest and m.ended == (lease.token, verb):
             return "replay"  # a resent complete/fail/release: reported, not done twice
-        if verb == "heartbeat" and m.ended and m.ended[0] == lease.token:
+        if verb == "heartbeat" and latest and m.ended and m.ended[0] == lease.token:
             return "ended"  # in flight as its own attempt ended: refused quietly
-        if m.status == R and lease.token == m.token:
+        if m.status == R and latest:
             return "ok"
-        if m.status == C and lease.token == m.token:
+        if m.status == C and latest:
             return "cancelled"
         return "lost"
 

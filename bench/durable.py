@@ -1,0 +1,117 @@
+"""Durable acknowledgements: what ``Config(wait_replicas=1)`` costs per task lifecycle.
+
+Two private redis-servers on loopback: a primary (AOF, appendfsync everysec: the persistence
+ghostless recommends) and its replica (``replicaof``). Two engines on the same primary, one with
+``wait_replicas=0`` (the default: no WAIT), one with ``wait_replicas=1`` (each write: one pipeline
+[EVALSHA, WAIT 1] on one connection). Phases interleaved for ROUNDS rounds, medians reported:
+  lifecycle-w0 / lifecycle-w1   Engine.submit + claim + heartbeat + complete, one call after another
+Per lifecycle: wall time (latency), client CPU, primary's redis-server CPU. The replica shares the
+machine's 2 cores, so its apply work lands in the wall time of w1 as it would on one host; across
+hosts the network round trip to the replica adds to it.
+
+Target: wait_replicas=1 keeps >= 0.4 x the lifecycle rate of wait_replicas=0 on loopback (each
+write waits for one more hop: primary -> replica -> ACK; the replica ACKs on its own, within its
+event loop, and is prompted by the primary's REPLCONF GETACK at each WAIT).
+
+Run: .venv/bin/python bench/durable.py  (about 20 s)
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (
+    AOF_EVERYSEC,
+    ARGS,
+    RESULT,
+    Engine,
+    Timer,
+    machine,
+    median,
+    persistence,
+    private_redis,
+    server_cpu,
+    verdict,
+)
+from ghostless import Config
+from tests.support.replicas import PRIMARY_ARGS, attach
+
+ROUNDS, N = 7, 300
+TYPE = "bench_job"
+RATIO_TARGET = 0.4
+
+
+def engine_on(client, replicas: int) -> Engine:
+    quiet = logging.getLogger("ghostless")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    engine = Engine(client, namespace="bench", config=Config(wait_replicas=replicas), dispatcher=None)
+    quiet.setLevel(level)
+
+    @engine.task(name=TYPE, queue="durable", lease=60, timeout=600)
+    def bench_job(ctx, prompt):  # pragma: no cover - never run
+        return None
+
+    return engine
+
+
+def lifecycles(engine: Engine, n: int) -> None:
+    for _ in range(n):
+        task = engine.submit(TYPE, ARGS, owner="bench")
+        lease = engine.claim(task.id, "w1")
+        engine.heartbeat(lease)
+        engine.complete(lease, RESULT)
+
+
+def measure(client, engine: Engine, n: int) -> dict:
+    cpu0 = server_cpu(client)
+    with Timer() as t:
+        lifecycles(engine, n)
+    return {
+        "rate": n / t.wall,
+        "latency_us": t.wall / n * 1e6,
+        "client_us": t.cpu / n * 1e6,
+        "server_cpu_us": (server_cpu(client) - cpu0) / n * 1e6,
+    }
+
+
+def main() -> int:
+    print(machine())
+    print(f"durable bench: {ROUNDS} interleaved rounds of {N} lifecycles (submit, claim, heartbeat, complete)")
+    with private_redis(*AOF_EVERYSEC, *PRIMARY_ARGS) as primary, private_redis() as replica:
+        attach(replica, primary)
+        r = primary.client()
+        print(f"primary: {persistence(r)}; replica: {persistence(replica.client())}; both on loopback")
+        engines = {"lifecycle-w0": engine_on(r, 0), "lifecycle-w1": engine_on(r, 1)}
+        for engine in engines.values():
+            lifecycles(engine, 20)  # scripts loaded, connections made
+        waits0 = int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+        runs: dict[str, list[dict]] = {name: [] for name in engines}
+        for _ in range(ROUNDS):
+            for name, engine in engines.items():
+                runs[name].append(measure(r, engine, N))
+        waits = int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0)) - waits0
+        med = {name: {k: median([run[k] for run in rs]) for k in rs[0]} for name, rs in runs.items()}
+    for name, m in med.items():
+        print(
+            f"{name:14s} {m['rate']:8,.0f} lifecycles/s  {m['latency_us']:7.0f} us/lifecycle  "
+            f"client {m['client_us']:5.0f} us  primary CPU {m['server_cpu_us']:5.0f} us"
+        )
+    per_life = waits / (ROUNDS * N)
+    w0, w1 = med["lifecycle-w0"], med["lifecycle-w1"]
+    ratio = w1["rate"] / w0["rate"]
+    print(f"WAIT commands per wait_replicas=1 lifecycle: {per_life:.2f} (4 writes: submit, claim, heartbeat, complete)")
+    print(
+        f"\ndurable: wait_replicas=1 costs {w1['latency_us'] - w0['latency_us']:.0f} us per lifecycle "
+        f"({(w1['latency_us'] - w0['latency_us']) / 4:.0f} us per write); rate ratio w1/w0 = {ratio:.2f} "
+        f"[target >= {RATIO_TARGET}] {verdict(ratio >= RATIO_TARGET)}"
+    )
+    return 0 if ratio >= RATIO_TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
