@@ -246,28 +246,32 @@ def verify_shim(engine: Engine, type_name: str, args: dict, result) -> None:
     assert complete_call(engine, lease, result) == seen[2], f"complete shim: {seen[2]}"
 
 
+def pipelined_claims(engine: Engine, type_name: str, args: dict, owners: list[str], worker: str = "w1") -> list[Lease]:
+    """One task per owner, submitted in one pipeline, then claimed in another: their leases."""
+    pipe = engine.redis.pipeline(transaction=False)
+    ids = []
+    for owner in owners:
+        tid, name, keys, argv = submit_call(engine, type_name, args, owner=owner)
+        engine.scripts.call(name, keys, argv, client=pipe)
+        ids.append(tid)
+    _expect_ok(pipe.execute(), "submit")
+    pipe = engine.redis.pipeline(transaction=False)
+    for tid in ids:
+        engine.scripts.call(*claim_call(engine, tid, worker), client=pipe)
+    return [lease_of(tid, worker, r) for tid, r in zip(ids, _expect_ok(pipe.execute(), "claim"))]
+
+
 def pipelined_lifecycles(engine: Engine, type_name: str, args: dict, result, n: int, batch: int = 100,
                          worker: str = "w1") -> list[str]:
     """n full lifecycles in batches: one pipeline of `batch` submits, then claims, then completes."""
     ids = []
     for start in range(0, n, batch):
-        size = min(batch, n - start)
-        pipe = engine.redis.pipeline(transaction=False)
-        batch_ids = []
-        for _ in range(size):
-            tid, name, keys, argv = submit_call(engine, type_name, args, owner="bench")
-            engine.scripts.call(name, keys, argv, client=pipe)
-            batch_ids.append(tid)
-        _expect_ok(pipe.execute(), "submit")
-        pipe = engine.redis.pipeline(transaction=False)
-        for tid in batch_ids:
-            engine.scripts.call(*claim_call(engine, tid, worker), client=pipe)
-        leases = [lease_of(tid, worker, r) for tid, r in zip(batch_ids, _expect_ok(pipe.execute(), "claim"))]
+        leases = pipelined_claims(engine, type_name, args, ["bench"] * min(batch, n - start), worker)
         pipe = engine.redis.pipeline(transaction=False)
         for lease in leases:
             engine.scripts.call(*complete_call(engine, lease, result), client=pipe)
         _expect_ok(pipe.execute(), "complete")
-        ids.extend(batch_ids)
+        ids.extend(lease.task_id for lease in leases)
     return ids
 
 
@@ -287,7 +291,7 @@ def _expect_ok(replies, what: str) -> list:
 __all__ = [
     "AOF_EVERYSEC", "ARGS", "RESULT", "ROOT", "Engine", "Lease", "RoundTrips", "Timer", "captured_call", "chunks",
     "claim_call", "commands_processed", "complete_call", "inner_stats", "lease_of", "machine", "median", "parse",
-    "persistence", "pipelined_lifecycles", "private_redis", "reset_stats", "rq_job", "script_stats", "server_cpu",
+    "persistence", "pipelined_claims", "pipelined_lifecycles", "private_redis", "reset_stats", "rq_job", "script_stats", "server_cpu",
     "server_ms", "submit_call", "verdict", "verify_shim", "wait_for_server_time",
 ]
 

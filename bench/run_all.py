@@ -23,6 +23,7 @@ BENCHES = [  # (script, what it measures)
     ("recovery.py", "time from SIGKILL to another worker entering the task, vs plain RQ"),
     ("throughput.py", "no-op tasks through ghostless on RQ vs plain RQ jobs"),
     ("sse.py", "SSE broadcast latency, memory per subscriber, Redis connections vs flask-sse"),
+    ("watchers.py", "N task pages opened at once on the default `ghostless web`, then 1,000 progress events/s"),
 ]
 
 

@@ -5,40 +5,21 @@ with a token, watches a task page and the dashboard while the test drives the ta
 the Engine (claim, stage, progress, complete), and sees each change appear without a reload.
 Screenshots of both pages go to /tmp for a human (or a reviewing agent) to look at.
 
-Never ``playwright install``: pip's playwright brings the driver, Debian brings the browser.
-Skips loudly without chromium or playwright, and fails instead when REQUIRE_REAL_REDIS=1.
+Chromium and Playwright as tests/support/browser.py finds them: skips loudly without them, and
+fails instead when REQUIRE_REAL_REDIS=1.
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
 
 from ghostless import Engine
-from tests.conftest import REQUIRE_REAL, register_test_types
+from tests.conftest import register_test_types
+from tests.support.browser import browser_context, need_browser
 from ghostless.web import close_app, create_app
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-default-apps", "--disable-sync"]
 SHOTS = {"dashboard": "/tmp/ghostless-dashboard.png", "task": "/tmp/ghostless-task.png"}
-WAIT_MS = 10_000
-
-
-def need_browser():
-    missing = []
-    if not os.access(CHROMIUM, os.X_OK):
-        missing.append(f"{CHROMIUM} (apt-get install -y chromium)")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing.append("playwright (pip install -r requirements.txt)")
-    if missing:
-        msg = "browser tests need " + " and ".join(missing)
-        if REQUIRE_REAL:
-            pytest.fail(msg + " and REQUIRE_REAL_REDIS=1")
-        pytest.skip("SKIPPED LOUDLY: " + msg)
 
 
 @pytest.fixture
@@ -66,15 +47,8 @@ def site(redis_server):
 
 @pytest.fixture
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        context = chromium.new_context(viewport={"width": 1100, "height": 900})
-        context.set_default_timeout(WAIT_MS)
+    with browser_context() as context:
         yield context
-        context.close()
-        chromium.close()
 
 
 def test_a_person_watches_a_task_run_live_without_reloading(site, browser):
