@@ -15,9 +15,9 @@ import threading
 import pytest
 
 from ghostless import Engine
+from ghostless.web import close_app, create_app
 from tests.conftest import register_test_types
 from tests.support.browser import browser_context, need_browser
-from ghostless.web import close_app, create_app
 
 SHOTS = {"dashboard": "/tmp/ghostless-dashboard.png", "task": "/tmp/ghostless-task.png"}
 

@@ -102,6 +102,12 @@ def happened(page) -> list[tuple]:
     return out, ids
 
 
+def settle(predicate, timeout: float = 10.0) -> None:
+    """Wait until ``predicate()``; past the timeout go on: the assertion that follows says what differs."""
+    with contextlib.suppress(AssertionError):
+        wait_until(predicate, timeout=timeout, interval=0.05)
+
+
 def stream_ids_in_order(ids: list[str]) -> bool:
     keys = [tuple(int(x) for x in i.split("-")) for i in ids]
     return keys == sorted(set(keys))  # increasing: in order, and each once
@@ -170,11 +176,10 @@ def test_task_pages_show_every_transition_they_missed_across_a_web_restart(web):
             status, timeline = shown[task_id]
             expect(page.locator("#panel .badge").first).to_have_text(status)
             # The timeline is newest first; oldest first it is every transition, in order, once.
-            wait_until(lambda: list(reversed(page.evaluate(TIMELINE))) == timeline, timeout=10,
-                       interval=0.05, what=f"{task_id}'s timeline {timeline}, shows {page.evaluate(TIMELINE)}")
+            settle(lambda p=page, t=timeline: list(reversed(p.evaluate(TIMELINE))) == t)
+            assert list(reversed(page.evaluate(TIMELINE))) == timeline
             assert page.evaluate("window.__sameDocument"), "the page reloaded"
-            with contextlib.suppress(AssertionError):  # timed out: the comparison below says what differs
-                wait_until(lambda: len(happened(page)[0]) >= len(streamed[task_id]), timeout=10, interval=0.05)
+            settle(lambda p=page, k=task_id: len(happened(p)[0]) >= len(streamed[k]))
             events, ids = happened(page)
             assert events == streamed[task_id]  # the missed ones replayed: no second snapshot, none twice
             assert stream_ids_in_order(ids), ids
