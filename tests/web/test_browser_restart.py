@@ -157,6 +157,9 @@ def test_task_pages_show_every_transition_they_missed_across_a_web_restart(web):
         engine.stage(leases[2], "uploading")
 
         server.start()  # the same port: every page's EventSource reconnects by itself
+        expect(pages[0].locator("#panel .badge").first).to_have_text("SUCCESS")  # finished while the web was down
+        for page in pages[1:]:
+            expect(page.locator("#live-dot")).to_have_text("live")  # back: what follows arrives live
         engine.cancel(tasks[1], by="alice", reason="changed my mind")
         engine.complete(leases[2], {"url": "https://example.invalid/p2.png"})
 
