@@ -322,6 +322,8 @@ def notes(r: dict, opts) -> list[str]:
     out = [(f"  errors by kind: {json.dumps(r['errors'], sort_keys=True) if r['errors'] else 'none'}; "
             f"{r['dropped']} streams ended during delivery; RSS {r['rss0'] / 1024:.0f} -> {r['rss1'] / 1024:.0f} MiB "
             f"over {r['workers']} worker(s); events sent {r['rate']:.0f}/s")]
+    out.append(f"  load generator: {r['gens']} process(es), each at most {r['gen_cpu_open']:.0%} of a core while "
+               f"opening, {r['gen_cpu_live']:.0%} while receiving; {r['gen_fds']} fds each, the web {r['web_fds']}")
     out += [f"  web log: {k} x {message}" for k, message in r["web_log"]]
     limits = []
     if max(r["gen_cpu_open"], r["gen_cpu_live"]) > 0.9:

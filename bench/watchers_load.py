@@ -16,7 +16,9 @@ Error kinds: ``refused`` / ``reset`` (connecting or before the snapshot), ``clos
 a status line or a snapshot), ``http <code>``, ``busy`` (a 200 stream that ended with a
 comment and no snapshot: the server's stream cap, web/sse.py ``_held_stream``), ``no snapshot`` (a 200 that ended
 without one), ``timeout: no answer`` / ``timeout: no snapshot`` (nothing by ``open_timeout``),
-``OSError <errno name>`` (e.g. EMFILE when this process runs out of file descriptors).
+``OSError <errno name>`` (e.g. EMFILE when this process runs out of file descriptors), ``ended
+after its snapshot`` (before the delivery phase began). Each page counts once: opened (open when
+the phase ends) plus errors is every page. A stream that ends later counts as ``dropped``.
 """
 from __future__ import annotations
 
@@ -78,8 +80,10 @@ class Watch(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.ended = True
-        if self.live:
+        if self.live and self.gen.delivering:
             self.gen.dropped += 1
+        elif self.live:
+            self.gen.error(self, "ended after its snapshot")
         elif self.status is None or self.status == 200:
             kind = ("reset" if isinstance(exc, ConnectionResetError) else repr(exc)[:60]) if exc else \
                    ("closed" if self.status is None else "busy" if self.busy else "no snapshot")
@@ -92,17 +96,20 @@ class Generator:
         self.watches: dict[int, Watch] = {}
         self.errors: dict[str, int] = {}
         self.failed: set[int] = set()
+        self.settled: set[int] = set()  # got a snapshot or failed
         self.ttfe: list[float] = []  # ms from start_at to the snapshot
+        self.delivering = False  # the opening phase is over
         self.latency: list[float] = []  # ms from the sender's time.time() to arrival
         self.dropped = 0
         self.all_settled = asyncio.Event()
 
     def _settled(self) -> None:
-        if len(self.ttfe) + len(self.failed) >= len(self.config["targets"]):
+        if len(self.settled) >= len(self.config["targets"]):
             self.all_settled.set()
 
     def opened(self, watch: Watch, now: float) -> None:
         self.ttfe.append((now - self.config["start_at"]) * 1000)
+        self.settled.add(watch.index)
         self._settled()
 
     def error(self, watch: Watch | None, kind: str, index: int | None = None) -> None:
@@ -110,6 +117,7 @@ class Generator:
         if index in self.failed:
             return
         self.failed.add(index)
+        self.settled.add(index)
         self.errors[kind] = self.errors.get(kind, 0) + 1
         self._settled()
 
@@ -151,6 +159,7 @@ class Generator:
         _emit({"phase": "opened", "live": live, "errors": self.errors, "ttfe": self.ttfe,
                "cpu": _cpu() - cpu0, "wall": time.time() - wall0, "fd_limit": _fd_limit()})
         self.latency.clear()  # the delivery phase starts now
+        self.delivering = True
         cpu1, wall1 = _cpu(), time.time()
         try:
             await asyncio.wait_for(loop.run_in_executor(None, sys.stdin.readline), cfg["hard_stop"] - time.time())
