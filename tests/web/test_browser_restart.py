@@ -33,16 +33,17 @@ NS = "tr"
 RECORD_SSE = """(() => {
   const Real = window.EventSource;
   window.__sse = []; window.__opens = 0;
-  window.EventSource = function (url, init) {
-    const es = new Real(url, init);
-    es.addEventListener('open', () => { window.__opens += 1; });
-    for (const kind of ['snapshot', 'transition', 'stage', 'progress', 'stale']) {
-      es.addEventListener(kind, (m) => window.__sse.push([kind, m.lastEventId, m.data]));
+  window.EventSource = class extends Real {
+    constructor(url, init) {
+      super(url, init);
+      this.addEventListener('open', () => { window.__opens += 1; });
+      for (const kind of ['snapshot', 'transition', 'stage', 'progress', 'stale']) {
+        this.addEventListener(kind, (m) => window.__sse.push([kind, m.lastEventId, m.data]));
+      }
     }
-    return es;
   };
-  window.EventSource.prototype = Real.prototype;
 })();"""
+RECONNECT_MS = 20_000  # waits that span a reconnection (EventSource retries after 2 s; the page reopens after 3-6 s)
 TIMELINE = "[...document.querySelectorAll('.timeline li')].map(li => li.querySelector('span').textContent.trim())"
 
 
@@ -157,9 +158,9 @@ def test_task_pages_show_every_transition_they_missed_across_a_web_restart(web):
         engine.stage(leases[2], "uploading")
 
         server.start()  # the same port: every page's EventSource reconnects by itself
-        expect(pages[0].locator("#panel .badge").first).to_have_text("SUCCESS")  # finished while the web was down
+        expect(pages[0].locator("#panel .badge").first).to_have_text("SUCCESS", timeout=RECONNECT_MS)  # done while down
         for page in pages[1:]:
-            expect(page.locator("#live-dot")).to_have_text("live")  # back: what follows arrives live
+            expect(page.locator("#live-dot")).to_have_text("live", timeout=RECONNECT_MS)  # back: the rest arrives live
         engine.cancel(tasks[1], by="alice", reason="changed my mind")
         engine.complete(leases[2], {"url": "https://example.invalid/p2.png"})
 
@@ -177,7 +178,7 @@ def test_task_pages_show_every_transition_they_missed_across_a_web_restart(web):
                                ("progress", "more than half"), ("stage", "uploading"), ("transition", "SUCCESS")]}
         for task_id, page in zip(tasks, pages):
             status, timeline = shown[task_id]
-            expect(page.locator("#panel .badge").first).to_have_text(status)
+            expect(page.locator("#panel .badge").first).to_have_text(status, timeout=RECONNECT_MS)
             # The timeline is newest first; oldest first it is every transition, in order, once.
             settle(lambda p=page, t=timeline: list(reversed(p.evaluate(TIMELINE))) == t)
             assert list(reversed(page.evaluate(TIMELINE))) == timeline
@@ -188,3 +189,105 @@ def test_task_pages_show_every_transition_they_missed_across_a_web_restart(web):
             assert stream_ids_in_order(ids), ids
             assert page.evaluate("window.__opens") >= 2  # it did reconnect
         assert errors == []
+
+
+
+class Streams:
+    """WSGI middleware over the app's ``/events`` streams: ``cut()`` ends every open one (at its next
+    chunk: keep-alives come every 0.2 s here), as a web restart does; then the next ``refuse``
+    stream requests are answered 503, as a web process out of Redis connections did (issue 12).
+    An EventSource closes for good on a non-200: the page has to open a new one."""
+
+    def __init__(self, app):
+        self.app, self.refuse, self.generation = app, 0, 0
+        self.requests: list[tuple[str, str, str]] = []  # (answer, query string, Last-Event-ID header)
+
+    def cut(self, refuse: int) -> None:
+        self.refuse, self.generation = refuse, self.generation + 1
+
+    def __call__(self, environ, start_response):
+        if not environ["PATH_INFO"].endswith("/events"):
+            return self.app(environ, start_response)
+        asked = (environ.get("QUERY_STRING", ""), environ.get("HTTP_LAST_EVENT_ID", ""))
+        if self.refuse > 0:
+            self.refuse -= 1
+            self.requests.append(("503", *asked))
+            start_response("503 Service Unavailable", [("Content-Type", "application/json")])
+            return [b'{"error": {"code": "unavailable", "message": "Redis unavailable"}}']
+        self.requests.append(("200", *asked))
+        return self._until_cut(self.app(environ, start_response), self.generation)
+
+    def _until_cut(self, body, generation: int):
+        try:
+            for chunk in body:
+                if self.generation != generation:
+                    return
+                yield chunk
+        finally:
+            getattr(body, "close", lambda: None)()
+
+
+@pytest.fixture
+def cut_site(redis_server):
+    """(base URL, engine, alice's token, the Streams middleware): the app served in a thread."""
+    need_browser()
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from ghostless.web import close_app, create_app
+
+    client = redis_server.client()
+    client.flushall()
+    engine = register_test_types(Engine(client, namespace=NS, dispatcher=None))
+    token = engine.users.add("alice")
+    app = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "cut-test", "GHOSTLESS_BROKER_BLOCK_MS": 100,
+                      "GHOSTLESS_SSE_KEEPALIVE": 0.2})
+    streams = Streams(app.wsgi_app)
+    app.wsgi_app = streams
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="cut-web", daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", engine, token, streams
+    server.shutdown()
+    thread.join(10)
+    server.server_close()
+    close_app(app)
+    client.close()
+
+
+def test_a_task_page_whose_reconnect_is_refused_opens_its_stream_again_and_misses_nothing(cut_site):
+    from playwright.sync_api import expect
+
+    base, engine, token, streams = cut_site
+    task_id = engine.submit("render", {"prompt": "p"}, owner="alice").id
+    with browser_context() as browser:
+        browser.add_init_script(RECORD_SSE)
+        page = browser.new_page()
+        page.goto(f"{base}/login?next=/tasks/{task_id}")
+        page.fill("#token", token)
+        page.click("button[type=submit]")
+        expect(page.locator("#live-dot")).to_have_text("live")
+        page.evaluate("window.__sameDocument = true")
+        lease = engine.claim(task_id, "w1")
+        engine.stage(lease, "generating")
+        expect(page.locator("#panel .headline")).to_have_text("Generating")
+        last_id = page.evaluate("window.__sse[window.__sse.length - 1][1]")
+
+        streams.cut(refuse=2)  # the stream ends; the browser's reconnect and the page's next try get 503
+        expect(page.locator("#live-dot")).not_to_have_text("live")
+        engine.progress(lease, 0.5, "while refused")
+        engine.stage(lease, "uploading")
+        settle(lambda: streams.refuse == 0, timeout=30)
+        assert streams.refuse == 0, streams.requests  # both refusals: the page tried again after the first
+        engine.complete(lease, {"url": "https://example.invalid/p.png"})
+
+        expect(page.locator("#panel .badge").first).to_have_text("SUCCESS", timeout=RECONNECT_MS)
+        settle(lambda: len(happened(page)[0]) >= 5)
+        events, ids = happened(page)
+        assert events == [("transition", "PROCESSING"), ("stage", "generating"), ("progress", "while refused"),
+                          ("stage", "uploading"), ("transition", "SUCCESS")]  # resumed: no second snapshot
+        assert stream_ids_in_order(ids), ids
+        assert [answer for answer, _, _ in streams.requests] == ["200", "503", "503", "200"], streams.requests
+        assert streams.requests[-1][1] == f"last_event_id={last_id}" or streams.requests[-1][2] == last_id
+        assert page.evaluate("window.__sameDocument"), "the page reloaded"
