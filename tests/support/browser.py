@@ -2,12 +2,14 @@
 
 Never ``playwright install``: pip's playwright brings the driver, Debian brings the browser.
 ``need_browser()`` skips loudly without chromium or playwright, and fails instead when
-REQUIRE_REAL_REDIS=1; ``browser_context()`` yields a context whose waits time out after WAIT_MS.
+REQUIRE_REAL_REDIS=1; ``browser_context()`` yields a context whose waits time out after WAIT_MS; ``served(app)`` serves a
+Flask app with werkzeug in a thread on a free loopback port.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import pytest
 
@@ -48,3 +50,19 @@ def browser_context(wait_ms: int = WAIT_MS):
         finally:
             context.close()
             chromium.close()
+
+
+@contextlib.contextmanager
+def served(app):
+    """``app`` served by werkzeug (threaded) on a free loopback port: yields its base URL."""
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="browser-test-web", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(10)
+        server.server_close()

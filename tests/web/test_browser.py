@@ -10,14 +10,12 @@ fails instead when REQUIRE_REAL_REDIS=1.
 """
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from ghostless import Engine
 from ghostless.web import close_app, create_app
 from tests.conftest import register_test_types
-from tests.support.browser import browser_context, need_browser
+from tests.support.browser import browser_context, need_browser, served
 
 SHOTS = {"dashboard": "/tmp/ghostless-dashboard.png", "task": "/tmp/ghostless-task.png"}
 
@@ -26,21 +24,14 @@ SHOTS = {"dashboard": "/tmp/ghostless-dashboard.png", "task": "/tmp/ghostless-ta
 def site(redis_server):
     """(base URL, engine, alice's token): the app served on a free port, on a private Redis."""
     need_browser()
-    from werkzeug.serving import make_server
-
     client = redis_server.client()
     client.flushall()
     engine = register_test_types(Engine(client, namespace="tb", dispatcher=None))
     token = engine.users.add("alice")
     app = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "browser-test", "GHOSTLESS_DASHBOARD_CACHE": 0,
                       "GHOSTLESS_BROKER_BLOCK_MS": 100, "GHOSTLESS_SSE_KEEPALIVE": 1.0})
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="browser-test-web", daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}", engine, token
-    server.shutdown()
-    thread.join(10)
-    server.server_close()
+    with served(app) as base:
+        yield base, engine, token
     close_app(app)
     client.close()
 

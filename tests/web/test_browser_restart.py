@@ -20,7 +20,7 @@ import pytest
 
 from ghostless import Engine
 from tests.conftest import register_test_types
-from tests.support.browser import browser_context, need_browser
+from tests.support.browser import browser_context, need_browser, served
 from tests.support.procs import ROOT, Proc
 from tests.support.redis_server import free_port
 from tests.support.wait import wait_until
@@ -77,16 +77,21 @@ class Web:
 
 
 @pytest.fixture
-def web(redis_server):
+def engine(redis_server):
+    """An engine (the test types, no executor) on the private redis-server, flushed."""
     need_browser()
     client = redis_server.client()
     client.flushall()
-    engine = register_test_types(Engine(client, namespace=NS, dispatcher=None))
+    yield register_test_types(Engine(client, namespace=NS, dispatcher=None))
+    client.close()
+
+
+@pytest.fixture
+def web(redis_server, engine):
     server = Web(redis_server.url)
     server.start()
     yield server, engine
     server.proc.stop()
-    client.close()
 
 
 def happened(page) -> list[tuple]:
@@ -228,32 +233,18 @@ class Streams:
 
 
 @pytest.fixture
-def cut_site(redis_server):
+def cut_site(engine):
     """(base URL, engine, alice's token, the Streams middleware): the app served in a thread."""
-    need_browser()
-    import threading
-
-    from werkzeug.serving import make_server
-
     from ghostless.web import close_app, create_app
 
-    client = redis_server.client()
-    client.flushall()
-    engine = register_test_types(Engine(client, namespace=NS, dispatcher=None))
     token = engine.users.add("alice")
     app = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "cut-test", "GHOSTLESS_BROKER_BLOCK_MS": 100,
                       "GHOSTLESS_SSE_KEEPALIVE": 0.2})
     streams = Streams(app.wsgi_app)
     app.wsgi_app = streams
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="cut-web", daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}", engine, token, streams
-    server.shutdown()
-    thread.join(10)
-    server.server_close()
+    with served(app) as base:
+        yield base, engine, token, streams
     close_app(app)
-    client.close()
 
 
 def test_a_task_page_whose_reconnect_is_refused_opens_its_stream_again_and_misses_nothing(cut_site):
