@@ -12,6 +12,7 @@
   can pipeline those calls. Engine exposes no public helper for it; ``verify_shim()`` checks the
   captured calls against what the real methods send.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,8 +52,7 @@ def machine() -> str:
                 cpu = line.split(":", 1)[1].strip()
                 break
     version = subprocess.run([redis_server_path(), "--version"], capture_output=True, text=True).stdout.strip()
-    return (f"machine: nproc={os.cpu_count()} cpu={cpu!r} python={platform.python_version()}\n"
-            f"redis: {version}")
+    return f"machine: nproc={os.cpu_count()} cpu={cpu!r} python={platform.python_version()}\nredis: {version}"
 
 
 @contextlib.contextmanager
@@ -93,7 +93,7 @@ def inner_stats(client) -> tuple[int, int]:
     included: everything but script commands and the bench's own INFO/CONFIG/SCRIPT commands."""
     calls = usec = 0
     for name, s in client.info("commandstats").items():
-        cmd = name[len("cmdstat_"):]
+        cmd = name[len("cmdstat_") :]
         if cmd in SCRIPT_COMMANDS or cmd.split("|")[0] in ("info", "config", "script"):
             continue
         calls += int(s["calls"])
@@ -135,6 +135,7 @@ class RoundTrips:
 
     def __enter__(self):
         import redis.connection as rc
+
         self._cls, self.count = rc.AbstractConnection, 0
         self._orig = self._cls.send_packed_command
 
@@ -160,7 +161,7 @@ def verdict(ok: bool) -> str:
 
 def chunks(seq, size: int):
     for i in range(0, len(seq), size):
-        yield seq[i:i + size]
+        yield seq[i : i + size]
 
 
 # ================================================================================================
@@ -181,6 +182,7 @@ class _Captured(Exception):
 
 def captured_call(engine: Engine, method, *args, **kwargs) -> tuple[str, list, list]:
     """SHIM: (script name, keys, argv) of the script call ``method`` (a bound Engine method) makes."""
+
     def grab(name, keys, argv, client=None, via=None):
         raise _Captured(name, list(keys), list(argv))
 
@@ -214,8 +216,16 @@ def complete_call(engine: Engine, lease: Lease, result=None):
 
 def lease_of(task_id: str, worker: str, reply: list) -> Lease:
     """The Lease of a parsed claim reply, as Engine.claim makes it (lua/claim.lua's reply)."""
-    return Lease(task_id=task_id, token=int(reply[1]), attempt=int(reply[2]), args=None, type=reply[4],
-                 worker=worker, lease=int(reply[5]) / 1000, max_attempts=int(reply[6]))
+    return Lease(
+        task_id=task_id,
+        token=int(reply[1]),
+        attempt=int(reply[2]),
+        args=None,
+        type=reply[4],
+        worker=worker,
+        lease=int(reply[5]) / 1000,
+        max_attempts=int(reply[6]),
+    )
 
 
 def verify_shim(engine: Engine, type_name: str, args: dict, result) -> None:
@@ -261,8 +271,9 @@ def pipelined_claims(engine: Engine, type_name: str, args: dict, owners: list[st
     return [lease_of(tid, worker, r) for tid, r in zip(ids, _expect_ok(pipe.execute(), "claim"))]
 
 
-def pipelined_lifecycles(engine: Engine, type_name: str, args: dict, result, n: int, batch: int = 100,
-                         worker: str = "w1") -> list[str]:
+def pipelined_lifecycles(
+    engine: Engine, type_name: str, args: dict, result, n: int, batch: int = 100, worker: str = "w1"
+) -> list[str]:
     """n full lifecycles in batches: one pipeline of `batch` submits, then claims, then completes."""
     ids = []
     for start in range(0, n, batch):
@@ -289,10 +300,37 @@ def _expect_ok(replies, what: str) -> list:
 
 
 __all__ = [
-    "AOF_EVERYSEC", "ARGS", "RESULT", "ROOT", "Engine", "Lease", "RoundTrips", "Timer", "captured_call", "chunks",
-    "claim_call", "commands_processed", "complete_call", "inner_stats", "lease_of", "machine", "median", "parse",
-    "persistence", "pipelined_claims", "pipelined_lifecycles", "private_redis", "reset_stats", "rq_job", "script_stats", "server_cpu",
-    "server_ms", "submit_call", "verdict", "verify_shim", "wait_for_server_time",
+    "AOF_EVERYSEC",
+    "ARGS",
+    "RESULT",
+    "ROOT",
+    "Engine",
+    "Lease",
+    "RoundTrips",
+    "Timer",
+    "captured_call",
+    "chunks",
+    "claim_call",
+    "commands_processed",
+    "complete_call",
+    "inner_stats",
+    "lease_of",
+    "machine",
+    "median",
+    "parse",
+    "persistence",
+    "pipelined_claims",
+    "pipelined_lifecycles",
+    "private_redis",
+    "reset_stats",
+    "rq_job",
+    "script_stats",
+    "server_cpu",
+    "server_ms",
+    "submit_call",
+    "verdict",
+    "verify_shim",
+    "wait_for_server_time",
 ]
 
 

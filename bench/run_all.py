@@ -5,6 +5,7 @@ the same run and prints its figures with their targets; this collects their outp
 machine, the load average while each ran, when and how long each took. ``make bench ARGS=sse.py``
 runs one and replaces only its section of docs/benchmarks.md.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,21 +39,26 @@ def main(argv: list[str]) -> int:
         load = os.getloadavg()[0]
         start = time.monotonic()
         print(f"== bench/{script}: {what}", flush=True)
-        run = subprocess.run([sys.executable, str(ROOT / "bench" / script)], cwd=ROOT, capture_output=True,
-                             text=True, timeout=1800)
+        run = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / script)], cwd=ROOT, capture_output=True, text=True, timeout=1800
+        )
         took = time.monotonic() - start
         output = (run.stdout + ("\n" + run.stderr if run.returncode else "")).strip()
         print(output, flush=True)
         if run.returncode:
             failed.append(script)
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        sections[script] = (f"## bench/{script}\n\n{what}. Run {stamp}; took {took:.0f} s; load average {load:.1f} "
-                            f"at the start{'; exit code ' + str(run.returncode) if run.returncode else ''} (a "
-                            f"missed target exits 1).\n\n```\n{output}\n```\n")
-    doc = ("# Benchmarks\n\nWritten by `make bench`. Every figure is measured beside its baseline in the same "
-           "run on this machine, which is shared and noisy: ratios and CPU per operation are steadier than "
-           f"rates.\n\n```\n{machine()}\n```\n\n"
-           + "\n".join(sections[script] for script, _ in BENCHES if script in sections))
+        sections[script] = (
+            f"## bench/{script}\n\n{what}. Run {stamp}; took {took:.0f} s; load average {load:.1f} "
+            f"at the start{'; exit code ' + str(run.returncode) if run.returncode else ''} (a "
+            f"missed target exits 1).\n\n```\n{output}\n```\n"
+        )
+    doc = (
+        "# Benchmarks\n\nWritten by `make bench`. Every figure is measured beside its baseline in the same "
+        "run on this machine, which is shared and noisy: ratios and CPU per operation are steadier than "
+        f"rates.\n\n```\n{machine()}\n```\n\n"
+        + "\n".join(sections[script] for script, _ in BENCHES if script in sections)
+    )
     doc_path.write_text(doc)
     print(f"wrote docs/benchmarks.md{' (failed: ' + ', '.join(failed) + ')' if failed else ''}")
     return 1 if failed else 0

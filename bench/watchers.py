@@ -27,6 +27,7 @@ Usage: ``python bench/watchers.py [--n 1000,2000,5000,10000] [--variant label=FL
 every size; a miss exits 1, a size that could not be measured 2): all opened within 10 s, 0 errors, delivery p99 <= 100 ms,
 <= 32 KiB per idle watcher, <= 10 Redis connections per web process.
 """
+
 from __future__ import annotations
 
 import json
@@ -93,10 +94,24 @@ class Web:
 
         self.port = free_port()
         self.workers_expected = int(flags[flags.index("--workers") + 1]) if "--workers" in flags else 2
-        env = {**os.environ, "GHOSTLESS_REDIS_URL": redis_url, "GHOSTLESS_SECRET_KEY": "watchers-bench",
-               "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-        self.args = [sys.executable, "-m", "ghostless", "web", "--app", "bench.watchers:engine",
-                     "--port", str(self.port), *flags]
+        env = {
+            **os.environ,
+            "GHOSTLESS_REDIS_URL": redis_url,
+            "GHOSTLESS_SECRET_KEY": "watchers-bench",
+            "PYTHONPATH": str(ROOT),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.args = [
+            sys.executable,
+            "-m",
+            "ghostless",
+            "web",
+            "--app",
+            "bench.watchers:engine",
+            "--port",
+            str(self.port),
+            *flags,
+        ]
         self.proc = Proc(self.args, env)
 
     def wait_up(self, timeout: float = 30.0) -> None:
@@ -105,8 +120,10 @@ class Web:
         wait_until(lambda: self._healthy() or not self.proc.alive(), timeout, 0.05, "the web's /healthz")
         if not self.proc.alive():
             raise RuntimeError(f"the web exited: {self.proc.output()[-2000:]}")
+
         def booted() -> int:
             return len(re.findall(r"Booting worker with pid", self.proc.output()))
+
         if booted():  # gunicorn: every worker up (the dev server has none)
             wait_until(lambda: booted() >= self.workers_expected, timeout, 0.05, "every gunicorn worker")
 
@@ -157,13 +174,16 @@ class Web:
 
 def warm_up(port: int, watchers) -> None:
     """Open each warm-up page's stream at once, read to its snapshot, close (threads start, code loads)."""
+
     def one(token: str, task_id: str) -> None:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(f"GET /api/tasks/{task_id}/events HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {token}"
-                      "\r\n\r\n".encode())
+            s.sendall(
+                f"GET /api/tasks/{task_id}/events HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+            )
             got = b""
             while b"event: snapshot" not in got and (chunk := s.recv(65536)):
                 got += chunk
+
     threads = [threading.Thread(target=one, args=(token, task_id)) for token, task_id, _ in watchers]
     for t in threads:
         t.start()
@@ -184,10 +204,21 @@ class Generators:
         self.procs, self.lines = [], queue.Queue()
         for g in range(count):
             targets = [[i, task_id, token] for i, (token, task_id, _) in enumerate(watchers) if i % count == g]
-            config = {"port": port, "targets": targets, "start_at": self.start_at, "open_timeout": open_timeout,
-                      "hard_stop": self.start_at + hard_stop_in}
-            p = subprocess.Popen([sys.executable, str(ROOT / "bench" / "watchers_load.py")], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
+            config = {
+                "port": port,
+                "targets": targets,
+                "start_at": self.start_at,
+                "open_timeout": open_timeout,
+                "hard_stop": self.start_at + hard_stop_in,
+            }
+            p = subprocess.Popen(
+                [sys.executable, str(ROOT / "bench" / "watchers_load.py")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+                start_new_session=True,
+            )
             p.stdin.write(json.dumps(config) + "\n")
             p.stdin.flush()
             threading.Thread(target=self._read, args=(p,), daemon=True).start()
@@ -246,8 +277,9 @@ def send_progress(producer, leases: list, rate: float, duration: float) -> tuple
             for k in range(done, done + due):
                 i = k % len(leases)
                 message = f"t={time.time():.6f} k={k}"
-                producer.scripts.call(*captured_call(producer, producer.progress, leases[i], (k % 100) / 100,
-                                                     message), client=pipe)
+                producer.scripts.call(
+                    *captured_call(producer, producer.progress, leases[i], (k % 100) / 100, message), client=pipe
+                )
                 sent[i] += 1
             pipe.execute()
             done += due
@@ -263,14 +295,15 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
     gens = None
     try:
         web.wait_up()
-        warm_up(web.port, watchers[n:n + WARM])
+        warm_up(web.port, watchers[n : n + WARM])
         time.sleep(SETTLE)
         rss0 = web.rss_kib()
         count = opts.generators or -(-n // PER_GENERATOR)
         gens = Generators(web.port, watchers[:n], opts.open_timeout, opts.open_timeout + opts.duration + 60, count)
         peak = [0]
-        opened = gens.collect("opened", opts.open_timeout + 20,
-                              lambda: peak.__setitem__(0, max(peak[0], web_client_count(client))))
+        opened = gens.collect(
+            "opened", opts.open_timeout + 20, lambda: peak.__setitem__(0, max(peak[0], web_client_count(client)))
+        )
         live = sorted(i for r in opened for i in r["live"])
         ttfe = [ms for r in opened for ms in r["ttfe"]]
         errors: dict[str, int] = {}
@@ -286,15 +319,31 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
         latency = [ms for r in done for ms in r["latency"]]
         expected = sum(sent[i] for i in live)
         return {
-            "label": label, "n": n, "opened": len(live), "errors": errors, "dropped": sum(r["dropped"] for r in done),
-            "ttfe_p50": percentile(ttfe, 50), "ttfe_p99": percentile(ttfe, 99), "ttfe_max": max(ttfe, default=float("nan")),
-            "delivered": len(latency), "expected": expected, "p50": percentile(latency, 50),
-            "p99": percentile(latency, 99), "max": max(latency, default=float("nan")),
-            "kib": (rss1 - rss0) / len(live) if live else float("nan"), "rss0": rss0, "rss1": rss1,
-            "conns": conns, "peak_conns": max(peak[0], sum(conns)), "rate": sum(sent) / took,
+            "label": label,
+            "n": n,
+            "opened": len(live),
+            "errors": errors,
+            "dropped": sum(r["dropped"] for r in done),
+            "ttfe_p50": percentile(ttfe, 50),
+            "ttfe_p99": percentile(ttfe, 99),
+            "ttfe_max": max(ttfe, default=float("nan")),
+            "delivered": len(latency),
+            "expected": expected,
+            "p50": percentile(latency, 50),
+            "p99": percentile(latency, 99),
+            "max": max(latency, default=float("nan")),
+            "kib": (rss1 - rss0) / len(live) if live else float("nan"),
+            "rss0": rss0,
+            "rss1": rss1,
+            "conns": conns,
+            "peak_conns": max(peak[0], sum(conns)),
+            "rate": sum(sent) / took,
             "gen_cpu_open": max(r["cpu"] / max(r["wall"], 1e-9) for r in opened),
             "gen_cpu_live": max(r["cpu"] / max(r["wall"], 1e-9) for r in done),
-            "gens": count, "gen_fds": opened[0]["fd_limit"], "web_fds": web.fd_limit(), "workers": len(web.pids()),
+            "gens": count,
+            "gen_fds": opened[0]["fd_limit"],
+            "web_fds": web.fd_limit(),
+            "workers": len(web.pids()),
             "web_log": web.complaints(),
         }
     except Exception:
@@ -307,28 +356,40 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
 
 
 # -- report -------------------------------------------------------------------------------------------
-HEAD = (f"{'variant':<10} {'N':>6} {'opened':>6} {'errors':>6} {'first event p50/p99/max s':>26} "
-        f"{'delivered':>13} {'p50/p99/max ms':>20} {'KiB/watcher':>11} {'redis conns':>18}")
+HEAD = (
+    f"{'variant':<10} {'N':>6} {'opened':>6} {'errors':>6} {'first event p50/p99/max s':>26} "
+    f"{'delivered':>13} {'p50/p99/max ms':>20} {'KiB/watcher':>11} {'redis conns':>18}"
+)
 
 
 def row(r: dict) -> str:
-    return (f"{r['label']:<10} {r['n']:>6} {r['opened']:>6} {sum(r['errors'].values()):>6} "
-            f"{r['ttfe_p50'] / 1000:>8.2f}/{r['ttfe_p99'] / 1000:.2f}/{r['ttfe_max'] / 1000:<8.2f} "
-            f"{r['delivered']:>6}/{r['expected']:<6} {r['p50']:>6.1f}/{r['p99']:.1f}/{r['max']:<7.1f} "
-            f"{r['kib']:>11.1f} {'+'.join(map(str, r['conns'])):>8} (peak {r['peak_conns']})")
+    return (
+        f"{r['label']:<10} {r['n']:>6} {r['opened']:>6} {sum(r['errors'].values()):>6} "
+        f"{r['ttfe_p50'] / 1000:>8.2f}/{r['ttfe_p99'] / 1000:.2f}/{r['ttfe_max'] / 1000:<8.2f} "
+        f"{r['delivered']:>6}/{r['expected']:<6} {r['p50']:>6.1f}/{r['p99']:.1f}/{r['max']:<7.1f} "
+        f"{r['kib']:>11.1f} {'+'.join(map(str, r['conns'])):>8} (peak {r['peak_conns']})"
+    )
 
 
 def notes(r: dict, opts) -> list[str]:
-    out = [(f"  errors by kind: {json.dumps(r['errors'], sort_keys=True) if r['errors'] else 'none'}; "
+    out = [
+        (
+            f"  errors by kind: {json.dumps(r['errors'], sort_keys=True) if r['errors'] else 'none'}; "
             f"{r['dropped']} streams ended during delivery; RSS {r['rss0'] / 1024:.0f} -> {r['rss1'] / 1024:.0f} MiB "
-            f"over {r['workers']} worker(s); events sent {r['rate']:.0f}/s")]
-    out.append(f"  load generator: {r['gens']} process(es), each at most {r['gen_cpu_open']:.0%} of a core while "
-               f"opening, {r['gen_cpu_live']:.0%} while receiving; {r['gen_fds']} fds each, the web {r['web_fds']}")
+            f"over {r['workers']} worker(s); events sent {r['rate']:.0f}/s"
+        )
+    ]
+    out.append(
+        f"  load generator: {r['gens']} process(es), each at most {r['gen_cpu_open']:.0%} of a core while "
+        f"opening, {r['gen_cpu_live']:.0%} while receiving; {r['gen_fds']} fds each, the web {r['web_fds']}"
+    )
     out += [f"  web log: {k} x {message}" for k, message in r["web_log"]]
     limits = []
     if max(r["gen_cpu_open"], r["gen_cpu_live"]) > 0.9:
-        limits.append(f"load generator CPU-bound ({r['gens']} process(es), up to {max(r['gen_cpu_open'], r['gen_cpu_live']):.0%}"
-                      " of a core): its figures are a floor")
+        limits.append(
+            f"load generator CPU-bound ({r['gens']} process(es), up to {max(r['gen_cpu_open'], r['gen_cpu_live']):.0%}"
+            " of a core): its figures are a floor"
+        )
     if r["rate"] < 0.95 * opts.rate:
         limits.append(f"the sender reached {r['rate']:.0f} of {opts.rate:g} events/s")
     if -(-r["n"] // r["gens"]) + 64 > r["gen_fds"] or r["n"] + 64 > r["web_fds"]:
@@ -340,14 +401,14 @@ def notes(r: dict, opts) -> list[str]:
 
 def verdicts(r: dict) -> tuple[bool, str]:
     checks = {
-        f"opened {r['opened']}/{r['n']} within {TARGETS['open_s']:g} s":
-            r["opened"] == r["n"] and r["ttfe_max"] <= TARGETS["open_s"] * 1000,
+        f"opened {r['opened']}/{r['n']} within {TARGETS['open_s']:g} s": r["opened"] == r["n"]
+        and r["ttfe_max"] <= TARGETS["open_s"] * 1000,
         "0 errors": not r["errors"] and not r["dropped"],
-        f"delivery p99 <= {TARGETS['p99_ms']:g} ms, all delivered":
-            r["p99"] <= TARGETS["p99_ms"] and r["delivered"] >= r["expected"],
+        f"delivery p99 <= {TARGETS['p99_ms']:g} ms, all delivered": r["p99"] <= TARGETS["p99_ms"]
+        and r["delivered"] >= r["expected"],
         f"<= {TARGETS['kib']:g} KiB per idle watcher": r["kib"] <= TARGETS["kib"],
-        f"<= {TARGETS['conns']} Redis connections per web process":
-            max(r["conns"]) <= TARGETS["conns"] and r["peak_conns"] <= TARGETS["conns"] * r["workers"],
+        f"<= {TARGETS['conns']} Redis connections per web process": max(r["conns"]) <= TARGETS["conns"]
+        and r["peak_conns"] <= TARGETS["conns"] * r["workers"],
     }
     ok = all(checks.values())
     return ok, "  targets: " + "; ".join(f"{name} {'PASS' if v else 'FAIL'}" for name, v in checks.items())
@@ -363,9 +424,13 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", default="1000,2000,5000,10000", help="sizes: task pages opened at once")
-    ap.add_argument("--variant", action="append", metavar="LABEL=FLAGS",
-                    help="extra `ghostless web` flags under a label, e.g. 'gevent=--server gevent' (repeatable; "
-                         "default: 'default=', the default command line)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        metavar="LABEL=FLAGS",
+        help="extra `ghostless web` flags under a label, e.g. 'gevent=--server gevent' (repeatable; "
+        "default: 'default=', the default command line)",
+    )
     ap.add_argument("--duration", type=float, default=30.0, help="s of progress events per size")
     ap.add_argument("--rate", type=float, default=1000.0, help="progress events/s, spread over the tasks")
     ap.add_argument("--open-timeout", type=float, default=30.0, help="s a page may take to get its snapshot")
@@ -379,14 +444,19 @@ def main(argv=None) -> int:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the web and the generators inherit it
     print(machine())
-    print(f"web: python -m ghostless web --app bench.watchers:engine --port P [variant flags]; each size: N users, "
-          f"one task page each, opened at once; then {opts.rate:g} progress events/s for {opts.duration:g} s\n")
+    print(
+        f"web: python -m ghostless web --app bench.watchers:engine --port P [variant flags]; each size: N users, "
+        f"one task page each, opened at once; then {opts.rate:g} progress events/s for {opts.duration:g} s\n"
+    )
     print(HEAD, flush=True)
     failed = broken = False
     with private_redis(*AOF_EVERYSEC) as server:  # the persistence ghostless recommends
         client = redis.Redis.from_url(server.url, client_name=BENCH_CLIENT, decode_responses=True)
-        producer = register(Engine(redis.Redis.from_url(server.url, client_name=BENCH_CLIENT), namespace=NS,
-                                   dispatcher=None, check=False))
+        producer = register(
+            Engine(
+                redis.Redis.from_url(server.url, client_name=BENCH_CLIENT), namespace=NS, dispatcher=None, check=False
+            )
+        )
         t0 = time.monotonic()
         watchers = make_watchers(producer, max(sizes) + WARM)
         print(f"(set-up: {len(watchers)} users and claimed tasks in {time.monotonic() - t0:.1f} s)", flush=True)
@@ -407,9 +477,11 @@ def main(argv=None) -> int:
                 print(flush=True)
         client.close()
         producer.redis.close()
-    print(f"targets (issue 12, at 10,000): all opened within {TARGETS['open_s']:g} s, 0 errors, delivery p99 <= "
-          f"{TARGETS['p99_ms']:g} ms, <= {TARGETS['kib']:g} KiB per idle watcher, <= {TARGETS['conns']} Redis "
-          "connections per web process")
+    print(
+        f"targets (issue 12, at 10,000): all opened within {TARGETS['open_s']:g} s, 0 errors, delivery p99 <= "
+        f"{TARGETS['p99_ms']:g} ms, <= {TARGETS['kib']:g} KiB per idle watcher, <= {TARGETS['conns']} Redis "
+        "connections per web process"
+    )
     return 2 if broken else 1 if failed and not opts.quick else 0
 
 

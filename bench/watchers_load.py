@@ -20,6 +20,7 @@ without one), ``timeout: no answer`` / ``timeout: no snapshot`` (nothing by ``op
 after its snapshot`` (before the delivery phase began). Each page counts once: opened (open when
 the phase ends) plus errors is every page. A stream that ends later counts as ``dropped``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -55,15 +56,15 @@ class Watch(asyncio.Protocol):
             end = self.buf.find(b"\r\n\r\n")
             if end < 0:
                 return
-            parts = self.buf[:self.buf.find(b"\r\n")].split()
+            parts = self.buf[: self.buf.find(b"\r\n")].split()
             self.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-            self.buf = self.buf[end + 4:]
+            self.buf = self.buf[end + 4 :]
             if self.status != 200:
                 self.gen.error(self, f"http {self.status}")
                 self.transport.close()
                 return
         while (end := self.buf.find(b"\n\n")) >= 0:
-            block, self.buf = self.buf[:end], self.buf[end + 2:]
+            block, self.buf = self.buf[:end], self.buf[end + 2 :]
             if not self.live:
                 if b"event: snapshot" in block:
                     self.live = True
@@ -76,7 +77,7 @@ class Watch(asyncio.Protocol):
                     stop = at + 2
                     while stop < len(block) and block[stop] in b"0123456789.":
                         stop += 1
-                    self.gen.latency.append((now - float(block[at + 2:stop])) * 1000)
+                    self.gen.latency.append((now - float(block[at + 2 : stop])) * 1000)
 
     def connection_lost(self, exc) -> None:
         self.ended = True
@@ -85,8 +86,11 @@ class Watch(asyncio.Protocol):
         elif self.live:
             self.gen.error(self, "ended after its snapshot")
         elif self.status is None or self.status == 200:
-            kind = ("reset" if isinstance(exc, ConnectionResetError) else repr(exc)[:60]) if exc else \
-                   ("closed" if self.status is None else "busy" if self.busy else "no snapshot")
+            kind = (
+                ("reset" if isinstance(exc, ConnectionResetError) else repr(exc)[:60])
+                if exc
+                else ("closed" if self.status is None else "busy" if self.busy else "no snapshot")
+            )
             self.gen.error(self, kind)
 
 
@@ -123,8 +127,10 @@ class Generator:
 
     async def _connect(self, index: int, task_id: str, token: str) -> None:
         port = self.config["port"]
-        request = (f"GET /api/tasks/{task_id}/events HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n"
-                   f"Accept: text/event-stream\r\nAuthorization: Bearer {token}\r\n\r\n").encode()
+        request = (
+            f"GET /api/tasks/{task_id}/events HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Accept: text/event-stream\r\nAuthorization: Bearer {token}\r\n\r\n"
+        ).encode()
         loop = asyncio.get_running_loop()
         try:
             _, watch = await loop.create_connection(lambda: Watch(self, index, request), "127.0.0.1", port)
@@ -143,7 +149,9 @@ class Generator:
         cpu0, wall0 = _cpu(), time.time()
         connects = [asyncio.ensure_future(self._connect(*t)) for t in cfg["targets"]]
         try:
-            await asyncio.wait_for(self.all_settled.wait(), max(0.1, cfg["start_at"] + cfg["open_timeout"] - time.time()))
+            await asyncio.wait_for(
+                self.all_settled.wait(), max(0.1, cfg["start_at"] + cfg["open_timeout"] - time.time())
+            )
         except asyncio.TimeoutError:
             pass
         for c in connects:
@@ -151,13 +159,25 @@ class Generator:
         for index, *_ in cfg["targets"]:
             watch = self.watches.get(index)
             if watch is None or (not watch.live and not watch.ended):
-                self.error(None, "timeout: no answer" if watch is None or watch.status is None
-                           else "timeout: no snapshot", index)
+                self.error(
+                    None,
+                    "timeout: no answer" if watch is None or watch.status is None else "timeout: no snapshot",
+                    index,
+                )
                 if watch is not None and watch.transport is not None:
                     watch.transport.close()
         live = sorted(i for i, w in self.watches.items() if w.live and not w.ended)
-        _emit({"phase": "opened", "live": live, "errors": self.errors, "ttfe": self.ttfe,
-               "cpu": _cpu() - cpu0, "wall": time.time() - wall0, "fd_limit": _fd_limit()})
+        _emit(
+            {
+                "phase": "opened",
+                "live": live,
+                "errors": self.errors,
+                "ttfe": self.ttfe,
+                "cpu": _cpu() - cpu0,
+                "wall": time.time() - wall0,
+                "fd_limit": _fd_limit(),
+            }
+        )
         self.latency.clear()  # the delivery phase starts now
         self.delivering = True
         cpu1, wall1 = _cpu(), time.time()
@@ -166,8 +186,16 @@ class Generator:
         except asyncio.TimeoutError:
             pass
         live = sorted(i for i, w in self.watches.items() if w.live and not w.ended)
-        _emit({"phase": "done", "latency": self.latency, "dropped": self.dropped, "live": live,
-               "cpu": _cpu() - cpu1, "wall": time.time() - wall1})
+        _emit(
+            {
+                "phase": "done",
+                "latency": self.latency,
+                "dropped": self.dropped,
+                "live": live,
+                "cpu": _cpu() - cpu1,
+                "wall": time.time() - wall1,
+            }
+        )
         for w in self.watches.values():
             if w.transport is not None:
                 w.transport.abort()

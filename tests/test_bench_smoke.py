@@ -3,6 +3,7 @@
 A behaviour change can break a benchmark's set-up (a claim refused where it used to work) and
 `make bench` would only find out much later; these run each in-process in a few seconds.
 """
+
 import pytest
 
 from tests.conftest import need_redis_server
@@ -24,8 +25,15 @@ def test_the_sweep_benchmark_runs(monkeypatch, capsys):
     need_redis_server()
     from bench import sweep
 
-    for name, value in {"BIG": 300, "BIG_SPLIT": {"PENDING": 200, "PROCESSING": 50, "SUCCESS": 50}, "TICKS": 3,
-                        "RECLAIM": 200, "RECLAIM_VARIANT": 20, "RECLAIM_RQ": 10, "MEM_TASKS": 250}.items():
+    for name, value in {
+        "BIG": 300,
+        "BIG_SPLIT": {"PENDING": 200, "PROCESSING": 50, "SUCCESS": 50},
+        "TICKS": 3,
+        "RECLAIM": 200,
+        "RECLAIM_VARIANT": 20,
+        "RECLAIM_RQ": 10,
+        "MEM_TASKS": 250,
+    }.items():
         monkeypatch.setattr(sweep, name, value)
     assert sweep.main() == 0
     out = capsys.readouterr().out

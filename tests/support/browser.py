@@ -5,6 +5,7 @@ Never ``playwright install``: pip's playwright brings the driver, Debian brings 
 REQUIRE_REAL_REDIS=1; ``browser_context()`` yields a context whose waits time out after WAIT_MS; ``served(app)`` serves a
 Flask app with werkzeug in a thread on a free loopback port.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,16 @@ import pytest
 from tests.conftest import REQUIRE_REAL
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-default-apps", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-default-apps",
+    "--disable-sync",
+]
 WAIT_MS = 10_000
 
 

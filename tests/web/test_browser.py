@@ -8,6 +8,7 @@ Screenshots of both pages go to /tmp for a human (or a reviewing agent) to look 
 Chromium and Playwright as tests/support/browser.py finds them: skips loudly without them, and
 fails instead when REQUIRE_REAL_REDIS=1.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,15 @@ def site(redis_server):
     client.flushall()
     engine = register_test_types(Engine(client, namespace="tb", dispatcher=None))
     token = engine.users.add("alice")
-    app = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "browser-test", "GHOSTLESS_DASHBOARD_CACHE": 0,
-                      "GHOSTLESS_BROKER_BLOCK_MS": 100, "GHOSTLESS_SSE_KEEPALIVE": 1.0})
+    app = create_app(
+        {
+            "GHOSTLESS_ENGINE": engine,
+            "SECRET_KEY": "browser-test",
+            "GHOSTLESS_DASHBOARD_CACHE": 0,
+            "GHOSTLESS_BROKER_BLOCK_MS": 100,
+            "GHOSTLESS_SSE_KEEPALIVE": 1.0,
+        }
+    )
     with served(app) as base:
         yield base, engine, token
     close_app(app)

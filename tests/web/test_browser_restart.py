@@ -7,6 +7,7 @@ starts again on the same port, more happen after. Every page must end showing ev
 in order with no duplicate (its timeline), without a reload; and its stream must have resumed
 from Last-Event-ID (the missed events replayed, in order, each once, no second snapshot).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,9 +53,14 @@ class Web:
 
     def __init__(self, redis_url: str):
         self.port, self.proc = free_port(), None
-        self.env = {**os.environ, "GHOSTLESS_REDIS_URL": redis_url, "GHOSTLESS_TEST_NS": NS,
-                    "GHOSTLESS_SECRET_KEY": "restart-test", "PYTHONUNBUFFERED": "1",
-                    "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+        self.env = {
+            **os.environ,
+            "GHOSTLESS_REDIS_URL": redis_url,
+            "GHOSTLESS_TEST_NS": NS,
+            "GHOSTLESS_SECRET_KEY": "restart-test",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        }
         for name in ("GHOSTLESS_TEST_FAKE", "GHOSTLESS_HELD_MAX"):
             self.env.pop(name, None)
         self.base = f"http://127.0.0.1:{self.port}"
@@ -103,8 +109,18 @@ def happened(page) -> list[tuple]:
     for kind, sse_id, data in records[1:]:
         ev = json.loads(data)
         ids.append(sse_id)
-        out.append((kind, ev.get("to") if kind == "transition" else ev.get("stage") if kind == "stage"
-                    else ev.get("message") if kind == "progress" else ev))
+        out.append(
+            (
+                kind,
+                ev.get("to")
+                if kind == "transition"
+                else ev.get("stage")
+                if kind == "stage"
+                else ev.get("message")
+                if kind == "progress"
+                else ev,
+            )
+        )
     return out, ids
 
 
@@ -169,18 +185,61 @@ def test_task_pages_show_every_transition_they_missed_across_a_web_restart(web):
         engine.cancel(tasks[1], by="alice", reason="changed my mind")
         engine.complete(leases[2], {"url": "https://example.invalid/p2.png"})
 
-        shown = {tasks[0]: ["SUCCESS", ["new → PENDING", "PENDING → PROCESSING", "stage generating",
-                                        "stage uploading", "PROCESSING → SUCCESS"]],
-                 tasks[1]: ["CANCELLED", ["new → PENDING", "PENDING → PROCESSING", "stage generating",
-                                          "PROCESSING → RETRY_WAITING", "RETRY_WAITING → CANCELLED"]],
-                 tasks[2]: ["SUCCESS", ["new → PENDING", "PENDING → PROCESSING", "stage generating",
-                                        "stage uploading", "PROCESSING → SUCCESS"]]}
-        streamed = {tasks[0]: [("transition", "PROCESSING"), ("stage", "generating"), ("progress", "half way"),
-                               ("stage", "uploading"), ("transition", "SUCCESS")],
-                    tasks[1]: [("transition", "PROCESSING"), ("stage", "generating"), ("progress", "a quarter"),
-                               ("transition", "RETRY_WAITING"), ("transition", "CANCELLED")],
-                    tasks[2]: [("transition", "PROCESSING"), ("stage", "generating"),
-                               ("progress", "more than half"), ("stage", "uploading"), ("transition", "SUCCESS")]}
+        shown = {
+            tasks[0]: [
+                "SUCCESS",
+                [
+                    "new → PENDING",
+                    "PENDING → PROCESSING",
+                    "stage generating",
+                    "stage uploading",
+                    "PROCESSING → SUCCESS",
+                ],
+            ],
+            tasks[1]: [
+                "CANCELLED",
+                [
+                    "new → PENDING",
+                    "PENDING → PROCESSING",
+                    "stage generating",
+                    "PROCESSING → RETRY_WAITING",
+                    "RETRY_WAITING → CANCELLED",
+                ],
+            ],
+            tasks[2]: [
+                "SUCCESS",
+                [
+                    "new → PENDING",
+                    "PENDING → PROCESSING",
+                    "stage generating",
+                    "stage uploading",
+                    "PROCESSING → SUCCESS",
+                ],
+            ],
+        }
+        streamed = {
+            tasks[0]: [
+                ("transition", "PROCESSING"),
+                ("stage", "generating"),
+                ("progress", "half way"),
+                ("stage", "uploading"),
+                ("transition", "SUCCESS"),
+            ],
+            tasks[1]: [
+                ("transition", "PROCESSING"),
+                ("stage", "generating"),
+                ("progress", "a quarter"),
+                ("transition", "RETRY_WAITING"),
+                ("transition", "CANCELLED"),
+            ],
+            tasks[2]: [
+                ("transition", "PROCESSING"),
+                ("stage", "generating"),
+                ("progress", "more than half"),
+                ("stage", "uploading"),
+                ("transition", "SUCCESS"),
+            ],
+        }
         for task_id, page in zip(tasks, pages):
             status, timeline = shown[task_id]
             expect(page.locator("#panel .badge").first).to_have_text(status, timeout=RECONNECT_MS)
@@ -194,7 +253,6 @@ def test_task_pages_show_every_transition_they_missed_across_a_web_restart(web):
             assert stream_ids_in_order(ids), ids
             assert page.evaluate("window.__opens") >= 2  # it did reconnect
         assert errors == []
-
 
 
 class Streams:
@@ -238,8 +296,14 @@ def cut_site(engine):
     from ghostless.web import close_app, create_app
 
     token = engine.users.add("alice")
-    app = create_app({"GHOSTLESS_ENGINE": engine, "SECRET_KEY": "cut-test", "GHOSTLESS_BROKER_BLOCK_MS": 100,
-                      "GHOSTLESS_SSE_KEEPALIVE": 0.2})
+    app = create_app(
+        {
+            "GHOSTLESS_ENGINE": engine,
+            "SECRET_KEY": "cut-test",
+            "GHOSTLESS_BROKER_BLOCK_MS": 100,
+            "GHOSTLESS_SSE_KEEPALIVE": 0.2,
+        }
+    )
     streams = Streams(app.wsgi_app)
     app.wsgi_app = streams
     with served(app) as base:
@@ -276,8 +340,13 @@ def test_a_task_page_whose_reconnect_is_refused_opens_its_stream_again_and_misse
         expect(page.locator("#panel .badge").first).to_have_text("SUCCESS", timeout=RECONNECT_MS)
         settle(lambda: len(happened(page)[0]) >= 5)
         events, ids = happened(page)
-        assert events == [("transition", "PROCESSING"), ("stage", "generating"), ("progress", "while refused"),
-                          ("stage", "uploading"), ("transition", "SUCCESS")]  # resumed: no second snapshot
+        assert events == [
+            ("transition", "PROCESSING"),
+            ("stage", "generating"),
+            ("progress", "while refused"),
+            ("stage", "uploading"),
+            ("transition", "SUCCESS"),
+        ]  # resumed: no second snapshot
         assert stream_ids_in_order(ids), ids
         assert [answer for answer, _, _ in streams.requests] == ["200", "503", "503", "200"], streams.requests
         assert streams.requests[-1][1] == f"last_event_id={last_id}" or streams.requests[-1][2] == last_id
