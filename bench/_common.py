@@ -258,31 +258,35 @@ def verify_shim(engine: Engine, type_name: str, args: dict, result) -> None:
     assert complete_call(engine, lease, result) == seen[2], f"complete shim: {seen[2]}"
 
 
+def pipelined_claims(engine: Engine, type_name: str, args: dict, owners: list[str], worker: str = "w1") -> list[Lease]:
+    """One task per owner, submitted in one pipeline, then claimed in another: their leases."""
+    pipe = engine.redis.pipeline(transaction=False)
+    ids = []
+    for owner in owners:
+        tid, name, keys, argv = submit_call(engine, type_name, args, owner=owner)
+        engine.scripts._call(name, keys, argv, client=pipe)
+        ids.append(tid)
+    _expect_ok(pipe.execute(), "submit")
+    pipe = engine.redis.pipeline(transaction=False)
+    claims = [claim_call(engine, tid, worker) for tid in ids]
+    for call in claims:
+        engine.scripts._call(*call, client=pipe)
+    replies = _expect_ok(pipe.execute(), "claim")
+    return [lease_of(tid, worker, r, c[2][1]) for tid, r, c in zip(ids, replies, claims)]
+
+
 def pipelined_lifecycles(
     engine: Engine, type_name: str, args: dict, result, n: int, batch: int = 100, worker: str = "w1"
 ) -> list[str]:
     """n full lifecycles in batches: one pipeline of `batch` submits, then claims, then completes."""
     ids = []
     for start in range(0, n, batch):
-        size = min(batch, n - start)
-        pipe = engine.redis.pipeline(transaction=False)
-        batch_ids = []
-        for _ in range(size):
-            tid, name, keys, argv = submit_call(engine, type_name, args, owner="bench")
-            engine.scripts._call(name, keys, argv, client=pipe)
-            batch_ids.append(tid)
-        _expect_ok(pipe.execute(), "submit")
-        pipe = engine.redis.pipeline(transaction=False)
-        claims = [claim_call(engine, tid, worker) for tid in batch_ids]
-        for call in claims:
-            engine.scripts._call(*call, client=pipe)
-        replies = _expect_ok(pipe.execute(), "claim")
-        leases = [lease_of(tid, worker, r, c[2][1]) for tid, r, c in zip(batch_ids, replies, claims)]
+        leases = pipelined_claims(engine, type_name, args, ["bench"] * min(batch, n - start), worker)
         pipe = engine.redis.pipeline(transaction=False)
         for lease in leases:
             engine.scripts._call(*complete_call(engine, lease, result), client=pipe)
         _expect_ok(pipe.execute(), "complete")
-        ids.extend(batch_ids)
+        ids.extend(lease.task_id for lease in leases)
     return ids
 
 
@@ -319,6 +323,7 @@ __all__ = [
     "median",
     "parse",
     "persistence",
+    "pipelined_claims",
     "pipelined_lifecycles",
     "private_redis",
     "reset_stats",

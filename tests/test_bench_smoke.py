@@ -49,3 +49,17 @@ def test_the_promotion_lateness_benchmark_runs(monkeypatch, capsys):
         monkeypatch.setenv(name, "")
     assert lateness.main() == 0
     assert "promotion lateness of short retries" in capsys.readouterr().out
+
+
+def test_the_watchers_benchmark_runs(capsys):
+    need_redis_server()
+    from bench import watchers
+
+    assert watchers.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("default "))
+    n, opened = (int(x) for x in row.split()[1:3])
+    delivered, expected = (int(x) for x in row.split()[5].split("/"))
+    assert n == 20 and opened > 0, row  # the default server serves some pages, whatever its caps
+    assert 0 < delivered <= expected, row  # progress events reached the open pages, each at most once
+    assert "errors by kind:" in out

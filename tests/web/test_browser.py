@@ -5,57 +5,26 @@ with a token, watches a task page and the dashboard while the test drives the ta
 the Engine (claim, stage, progress, complete), and sees each change appear without a reload.
 Screenshots of both pages go to /tmp for a human (or a reviewing agent) to look at.
 
-Never ``playwright install``: pip's playwright brings the driver, Debian brings the browser.
-Skips loudly without chromium or playwright, and fails instead when REQUIRE_REAL_REDIS=1.
+Chromium and Playwright as tests/support/browser.py finds them: skips loudly without them, and
+fails instead when REQUIRE_REAL_REDIS=1.
 """
 
 from __future__ import annotations
-
-import os
-import threading
 
 import pytest
 
 from ghostless import Engine
 from ghostless.web import close_app, create_app
-from tests.conftest import REQUIRE_REAL, register_test_types
+from tests.conftest import register_test_types
+from tests.support.browser import browser_context, need_browser, served
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-default-apps",
-    "--disable-sync",
-]
 SHOTS = {"dashboard": "/tmp/ghostless-dashboard.png", "task": "/tmp/ghostless-task.png"}
-WAIT_MS = 10_000
-
-
-def need_browser():
-    missing = []
-    if not os.access(CHROMIUM, os.X_OK):
-        missing.append(f"{CHROMIUM} (apt-get install -y chromium)")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing.append("playwright (pip install -r requirements.txt)")
-    if missing:
-        msg = "browser tests need " + " and ".join(missing)
-        if REQUIRE_REAL:
-            pytest.fail(msg + " and REQUIRE_REAL_REDIS=1")
-        pytest.skip("SKIPPED LOUDLY: " + msg)
 
 
 @pytest.fixture
 def site(redis_server):
     """(base URL, engine, alice's token): the app served on a free port, on a private Redis."""
     need_browser()
-    from werkzeug.serving import make_server
-
     client = redis_server.client()
     client.flushall()
     engine = register_test_types(Engine(client, namespace="tb", dispatcher=None))
@@ -69,28 +38,16 @@ def site(redis_server):
             "GHOSTLESS_SSE_KEEPALIVE": 1.0,
         }
     )
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="browser-test-web", daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}", engine, token
-    server.shutdown()
-    thread.join(10)
-    server.server_close()
+    with served(app) as base:
+        yield base, engine, token
     close_app(app)
     client.close()
 
 
 @pytest.fixture
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        context = chromium.new_context(viewport={"width": 1100, "height": 900})
-        context.set_default_timeout(WAIT_MS)
+    with browser_context() as context:
         yield context
-        context.close()
-        chromium.close()
 
 
 def test_a_person_watches_a_task_run_live_without_reloading(site, browser):

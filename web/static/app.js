@@ -35,16 +35,32 @@ function setLive(delta) {
 const KINDS = ['snapshot', 'ready', 'transition', 'stage', 'progress', 'stale', 'breaker', 'overdue', 'escalated'];
 
 // An EventSource whose events (of every kind) go to onEvent(kind, data); it reconnects by
-// itself with Last-Event-ID. close() ends it for good.
+// itself with Last-Event-ID. An answer other than a 200 event stream closes an EventSource for
+// good: then a new one opens after REOPEN_MS (plus as much again at random, so that pages
+// refused at once do not come back at once), resuming with ?last_event_id=. close() ends it.
+const REOPEN_MS = 3000;
 function stream(url, onEvent) {
-  const es = new EventSource(url);
-  let up = false;
-  es.onopen = () => { if (!up) { up = true; setLive(+1); } };
-  es.onerror = () => { if (up) { up = false; setLive(-1); } };
-  for (const kind of KINDS) {
-    es.addEventListener(kind, (m) => { let data = {}; try { data = JSON.parse(m.data); } catch (e) { /* keep {} */ } onEvent(kind, data); });
-  }
-  return { close() { es.close(); if (up) { up = false; setLive(-1); } } };
+  let es = null, up = false, ended = false, timer = null, lastId = '';
+  const open = () => {
+    const sep = url.includes('?') ? '&' : '?';
+    es = new EventSource(lastId ? `${url}${sep}last_event_id=${encodeURIComponent(lastId)}` : url);
+    es.onopen = () => { if (!up) { up = true; setLive(+1); } };
+    es.onerror = () => {
+      if (up) { up = false; setLive(-1); }
+      if (es.readyState === EventSource.CLOSED && !ended && !timer) {
+        timer = setTimeout(() => { timer = null; if (!ended) open(); }, REOPEN_MS * (1 + Math.random()));
+      }
+    };
+    for (const kind of KINDS) {
+      es.addEventListener(kind, (m) => {
+        if (m.lastEventId) lastId = m.lastEventId;
+        let data = {}; try { data = JSON.parse(m.data); } catch (e) { /* keep {} */ }
+        onEvent(kind, data);
+      });
+    }
+  };
+  open();
+  return { close() { ended = true; clearTimeout(timer); es.close(); if (up) { up = false; setLive(-1); } } };
 }
 
 // Re-renders el from el.dataset.src: soon() coalesces bursts, at most one fetch in flight.
