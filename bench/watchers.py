@@ -156,8 +156,8 @@ class Web:
         """The most frequent warnings and errors in the web's log (count, message without its time and pid)."""
         counts: dict[str, int] = {}
         for line in self.proc.output().splitlines():
-            if any(word in line for word in ("WARNING", "ERROR", "Error", "ended early")):
-                message = re.sub(r"^.*?(WARNING|ERROR|\[ERROR\])\s*", "", line)[:140]
+            if any(word in line for word in ("WARNING", "ERROR", "CRITICAL", "Error", "ended early", "Booting worker")):
+                message = re.sub(r"^.*?(WARNING|ERROR|CRITICAL|\[ERROR\]|\[CRITICAL\]|\[INFO\])\s*", "", line)[:140]
                 counts[message] = counts.get(message, 0) + 1
         return sorted(((k, m) for m, k in counts.items()), reverse=True)[:top]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import select
 import socket
+import sys
 import threading
 
 from flask import current_app, request
@@ -85,7 +86,7 @@ def busy_retry_ms() -> int:
 def client_gone(environ=None) -> bool:
     """True once the request's client has closed its connection (EOF or reset on its socket).
 
-    Looks without reading or waiting: a socket with nothing to read is a live client, and
+    Looks (poll, zero timeout) without reading or waiting: a socket with nothing to read is a live client, and
     bytes waiting (a pipelined request) are left for the server. Without a socket to look at
     (the test client, an unknown server) it says False.
     """
@@ -94,11 +95,15 @@ def client_gone(environ=None) -> bool:
     if sock is None:
         return False
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        poller = _os_poll()()
+        poller.register(sock.fileno(), select.POLLIN)
+        events = poller.poll(0)
     except (OSError, ValueError):  # closed under us
         return True
-    if not readable:
+    if not events:
         return False
+    if events[0][1] & (select.POLLERR | select.POLLNVAL):
+        return True
     try:
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except (BlockingIOError, InterruptedError):
@@ -107,3 +112,14 @@ def client_gone(environ=None) -> bool:
         return False
     except OSError:
         return True
+
+
+def _os_poll():
+    """The operating system's ``select.poll``: poll, not select, because a process holding
+    thousands of streams has descriptors past select's 1024 (FD_SETSIZE); and the unpatched one
+    under gevent, whose cooperative poll reports readiness only after a turn of its loop. A poll
+    with a zero timeout never blocks, so it is safe in an event loop."""
+    gevent_monkey = sys.modules.get("gevent.monkey")
+    if gevent_monkey is not None and gevent_monkey.is_object_patched("select", "poll"):
+        return gevent_monkey.get_original("select", "poll")
+    return select.poll
