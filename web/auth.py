@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hmac
 import secrets
-import time
 from urllib.parse import urlsplit
 
 from flask import Blueprint, current_app, g, jsonify, redirect, render_template, request, session, url_for
@@ -80,31 +79,11 @@ def _start_session(digest: str) -> None:
     get_engine().redis.set(_session_key(sid), digest, ex=ttl)
 
 
-_checked: dict[tuple, tuple[float, bool]] = {}  # credential -> (good until, answer), shared by streams
-CHECK_TTL = 1.0  # s: a thousand streams of one user ask Redis once a second, not a thousand times
-MAX_CHECKED = 10_000  # credentials remembered per process; past it, all are forgotten at once (bounded memory)
-
-
-def credential_check():
-    """A check, callable after the request (a stream runs on), that the caller's credential is
-    still good: its token not revoked and, for a cookie, its session not logged out."""
+def stream_credential() -> tuple[str, str | None]:
+    """(token digest, session key or None) of the caller: what web/guard.py keeps checking for an
+    open stream (the token not revoked and, for a cookie, the session not logged out)."""
     current_user()
-    engine = get_engine()
-    digest, key = g.get("credential", ("", None))
-    credential = (id(engine), digest, key)
-
-    def still_valid() -> bool:
-        now = time.monotonic()
-        hit = _checked.get(credential)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        ok = (key is None or bool(engine.redis.exists(key))) and engine.users.for_digest(digest) is not None
-        if len(_checked) > MAX_CHECKED:
-            _checked.clear()
-        _checked[credential] = (now + CHECK_TTL, ok)
-        return ok
-
-    return still_valid
+    return g.get("credential", ("", None))
 
 
 def require_user() -> User:

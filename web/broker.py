@@ -38,6 +38,7 @@ class Subscriber:
         self.index = index
         self.limit = limit
         self.dropped = False
+        self.ended = False  # by web/guard.py: its client left or its credential is gone
         self._events: deque[dict] = deque()
         self._cond = threading.Condition()
 
@@ -53,14 +54,22 @@ class Subscriber:
             self._cond.notify()
             return not self.dropped
 
+    def end(self) -> None:
+        """End its stream now (its next ``next`` raises Dropped, buffered events left unsent)."""
+        with self._cond:
+            self.ended = True
+            self._cond.notify()
+
     def next(self, timeout: float) -> dict | None:
         """The next buffered event, or None after ``timeout`` seconds without one.
 
-        Raises Dropped once the buffered events are used up after a drop.
+        Raises Dropped once the buffered events are used up after a drop, and at once after ``end``.
         """
         with self._cond:
-            if not self._events and not self.dropped:
+            if not self._events and not self.dropped and not self.ended:
                 self._cond.wait(timeout)
+            if self.ended:
+                raise Dropped()
             if self._events:
                 return self._events.popleft()
             if self.dropped:

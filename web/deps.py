@@ -17,6 +17,7 @@ from ghostless.core.app import load_app
 from ghostless.core.engine import Engine
 
 from .broker import Broker
+from .guard import StreamGuard
 from .pool import bounded_engine
 
 
@@ -25,6 +26,7 @@ class Deps:
         self.config = app.config
         self._engine: Engine | None = None
         self._broker: Broker | None = None
+        self._guard: StreamGuard | None = None
         self._lock = threading.Lock()
 
     @property
@@ -53,10 +55,21 @@ class Deps:
                     )
         return self._broker
 
+    @property
+    def guard(self) -> StreamGuard:
+        if self._guard is None:
+            engine = self.engine
+            with self._lock:
+                if self._guard is None:
+                    self._guard = StreamGuard(engine)
+        return self._guard
+
     def close(self) -> None:
-        """Stop the broker's reader thread (tests; a process that exits needs nothing)."""
+        """Stop the broker's reader and the stream guard (tests; a process that exits needs nothing)."""
         if self._broker is not None:
             self._broker.close()
+        if self._guard is not None:
+            self._guard.close()
 
 
 def init_app(app: Flask) -> None:
@@ -73,3 +86,7 @@ def get_engine() -> Engine:
 
 def get_broker() -> Broker:
     return deps().broker
+
+
+def get_guard() -> StreamGuard:
+    return deps().guard

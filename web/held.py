@@ -14,6 +14,7 @@ connection, so a long-poll (and an idle stream) ends without waiting to write to
 
 from __future__ import annotations
 
+import _socket
 import select
 import socket
 import sys
@@ -123,3 +124,34 @@ def _os_poll():
     if gevent_monkey is not None and gevent_monkey.is_object_patched("select", "poll"):
         return gevent_monkey.get_original("select", "poll")
     return select.poll
+
+
+def gone_sockets(fds: list[int]) -> list[int]:
+    """Those of the sockets ``fds`` whose client has closed its connection (EOF, reset or a closed
+    descriptor): one poll of the operating system for all of them, then a look (``MSG_PEEK``, never
+    a read) at the readable ones only; a socket with a pipelined request waiting is not gone."""
+    if not fds:
+        return []
+    poller = _os_poll()()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    gone = []
+    for fd, events in poller.poll(0):
+        if events & (select.POLLERR | select.POLLNVAL):
+            gone.append(fd)
+            continue
+        try:
+            peek = _socket.socket(fileno=fd)  # the C socket: never gevent's, which would wait on EAGAIN
+        except OSError:
+            gone.append(fd)
+            continue
+        try:
+            if peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                gone.append(fd)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            gone.append(fd)
+        finally:
+            peek.detach()  # the descriptor stays the server's
+    return gone

@@ -23,14 +23,13 @@ import time
 import redis
 from flask import Blueprint, Response, current_app, g, request
 
-from ghostless.web import queries as wq
-
+from . import queries as wq
 from .api import task_json
-from .auth import CHECK_TTL, credential_check, require_user
+from .auth import require_user, stream_credential
 from .broker import Dropped
-from .deps import get_broker, get_engine
+from .deps import get_broker, get_engine, get_guard
 from .errors import ApiError
-from .held import CLIENT_CHECK, STREAM, busy_retry_ms, client_gone, held
+from .held import STREAM, busy_retry_ms, held
 from .positions import Positions
 
 bp = Blueprint("sse", __name__, url_prefix="/api")
@@ -89,16 +88,16 @@ def _redis_unavailable(e):
 
 
 def _held_stream(open_stream) -> Response:
-    """The stream ``open_stream(gone)`` opens, holding one of the caller's stream slots until its
+    """The stream ``open_stream(watch)`` opens, holding one of the caller's stream slots until its
     response closes. ``open_stream`` does the opening reads and returns (events, cleanup), or
-    raises (an ApiError: its answer; Redis unavailable: ``retry_later``). Past a cap (web/held.py)
-    it is not called: a ``retry_later`` answer, before any Redis work."""
+    raises (an ApiError: its answer; Redis unavailable: ``retry_later``); its events hand their
+    subscriber to ``watch`` (web/guard.py ends it when the client leaves or the credential goes).
+    Past a cap (web/held.py) it is not called: a ``retry_later`` answer, before any Redis work."""
     release = held().acquire(STREAM, g.caller.name)
     if release is None:
         return retry_later("busy: too many open streams, retrying later")
     try:
-        environ = request.environ
-        events, cleanup = open_stream(lambda: client_gone(environ))
+        events, cleanup = open_stream(_watcher(get_guard(), request.environ, stream_credential()))
     except BaseException:
         release()
         raise
@@ -129,14 +128,12 @@ def task_events(task_id: str):
     last = last if wq.parse_stream_id(last) is not None else None
     owner = None if g.caller.admin else g.caller.name
 
-    def open_stream(gone):
+    def open_stream(watch):
         engine, broker = get_engine(), get_broker()
         opened = open_task(engine, broker, task_id, owner)
         if opened is None:
             raise ApiError(404, "not_found", "task not found")
-        events = task_stream(
-            engine, broker, task_id, last, *_settings(), still_valid=credential_check(), gone=gone, opened=opened
-        )
+        events = task_stream(engine, broker, task_id, last, *_settings(), watch=watch, opened=opened)
         return events, lambda: broker.unsubscribe(opened[0])
 
     return _held_stream(open_stream)
@@ -165,14 +162,14 @@ def task_stream(
     last_id: str | None,
     keepalive: float,
     retry_ms: int,
-    still_valid=None,
-    gone=None,
+    watch=None,
     opened=None,
 ):
     """Snapshot (or replay after ``last_id``), then live events until a terminal state; ends early
-    once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client is
-    (see ``_live``). ``opened``: what ``open_task`` returned (else it opens here, anyone's task)."""
+    when its subscriber is ended (``watch(sub)``: web/guard.py, when the client leaves or its
+    credential goes). ``opened``: what ``open_task`` returned (else it opens here, anyone's task)."""
     sub = opened[0] if opened else broker.subscribe(task_id=task_id)
+    unwatch = watch(sub) if watch else _nothing
     try:
         yield format_event(retry=retry_ms)
         task, history, position = opened[1:] if opened else wq.snapshot(engine, task_id)
@@ -208,8 +205,9 @@ def task_stream(
             sent = sid
             return format_event(ev["stream_id"], ev["kind"], ev)
 
-        yield from _live(sub, render, keepalive, still_valid, gone, until=wq.is_terminal)
+        yield from _live(sub, render, keepalive, until=wq.is_terminal)
     finally:
+        unwatch()
         broker.unsubscribe(sub)
 
 
@@ -217,12 +215,12 @@ def task_stream(
 def all_events():
     owner = None if g.caller.admin else g.caller.name
 
-    def open_stream(gone):
+    def open_stream(watch):
         engine, broker = get_engine(), get_broker()
         positions = Positions.parse(_last_event_id())
         if positions is not None and positions.later_than(wq.server_ms(engine.redis)):
             positions = None  # not an id we sent: start afresh rather than skip events until then
-        events = feed_stream(engine, broker, owner, positions, *_settings(), still_valid=credential_check(), gone=gone)
+        events = feed_stream(engine, broker, owner, positions, *_settings(), watch=watch)
         return events, events.close
 
     return _held_stream(open_stream)
@@ -235,13 +233,12 @@ def feed_stream(
     positions: Positions | None,
     keepalive: float,
     retry_ms: int,
-    still_valid=None,
-    gone=None,
+    watch=None,
 ):
     """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live;
-    ends once ``still_valid()`` says the caller's credential is gone or ``gone()`` that the client
-    is (see ``_live``)."""
+    ends early when its subscriber is ended (``watch(sub)``, as ``task_stream``)."""
     sub = broker.subscribe(everything=True) if owner is None else broker.subscribe(owner=owner)
+    unwatch = watch(sub) if watch else _nothing
     try:
         yield format_event(retry=retry_ms)
         if positions is None:
@@ -260,31 +257,41 @@ def feed_stream(
             positions.advance(ev["queue"], ev["stream_id"])
             return format_event(str(positions), ev["kind"], ev)
 
-        yield from _live(sub, render, keepalive, still_valid, gone)
+        yield from _live(sub, render, keepalive)
     finally:
+        unwatch()
         broker.unsubscribe(sub)
 
 
 CREDENTIAL_CHECK = 2.0  # s: an open stream ends this soon after its token is revoked or its session ends
 
 
-def _live(sub, render, keepalive: float, still_valid=None, gone=None, until=None):
+def _nothing() -> None:
+    pass
+
+
+def _watcher(guard, environ: dict, credential: tuple[str, str | None]):
+    """``watch(sub)``: the guard watches ``sub``'s client and credential; returns the unwatch."""
+
+    def watch(sub):
+        handle = guard.watch(sub, environ, credential)
+        return lambda: guard.unwatch(handle)
+
+    return watch
+
+
+def _live(sub, render, keepalive: float, until=None):
     """The subscriber's events as they come, each as ``render(ev)`` writes it (None: already sent,
     skipped), and a keep-alive comment whenever ``keepalive`` seconds passed without one; ends
-    after an event ``until(ev)`` is true of, when the subscriber is dropped (the client
-    reconnects with Last-Event-ID and replays the rest), when ``gone()`` says the client has
-    left (looked at every CLIENT_CHECK), or when the caller's credential is gone: asked every
-    CREDENTIAL_CHECK - CHECK_TTL seconds, and auth caches an answer CHECK_TTL, so an idle stream
-    ends within CREDENTIAL_CHECK of a revocation or logout, whatever the keep-alive interval."""
-    every = max(0.05, CREDENTIAL_CHECK - CHECK_TTL)
-    revoked = _revocation_check(still_valid, every)
+    after an event ``until(ev)`` is true of, or when the subscriber is dropped (it fell behind:
+    the client reconnects with Last-Event-ID and replays the rest) or ended (web/guard.py: the
+    client left, or the credential is gone, seen within CREDENTIAL_CHECK). An idle stream wakes
+    only for its keep-alive."""
     quiet_until = time.monotonic() + keepalive
     while True:
         try:
-            ev = sub.next(max(0.0, min(every, CLIENT_CHECK, quiet_until - time.monotonic())))
+            ev = sub.next(max(0.0, quiet_until - time.monotonic()))
         except Dropped:
-            return
-        if revoked() or (gone is not None and gone()):
             return
         if ev is None:
             if time.monotonic() >= quiet_until:
@@ -297,20 +304,3 @@ def _live(sub, render, keepalive: float, still_valid=None, gone=None, until=None
             yield text
             if until is not None and until(ev):
                 return
-
-
-def _revocation_check(still_valid, every: float):
-    """A function telling whether the caller's credential is gone, asking ``still_valid`` at most
-    once per ``every`` seconds (a busy stream must notice too, not only an idle one)."""
-    if still_valid is None:
-        return lambda: False
-    next_at = time.monotonic() + every
-
-    def revoked() -> bool:
-        nonlocal next_at
-        if time.monotonic() < next_at:
-            return False
-        next_at = time.monotonic() + every
-        return not still_valid()
-
-    return revoked

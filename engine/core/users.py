@@ -7,13 +7,14 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeGuard
 
 from redis.exceptions import WatchError
 
 from .quota import parse_overrides
-from .text import text
+from .text import text, text_or_none
 
 UPDATE_TRIES = 100
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -157,6 +158,18 @@ class Users:
         if not isinstance(token, str) or not 8 <= len(token) <= 256 or not token.isascii():
             return None
         return self.for_digest(token_digest(token))
+
+    def valid_digests(self, digests: Iterable[str]) -> set[str]:
+        """Those of ``digests`` that still belong to a user (``for_digest`` of many at once): two
+        pipelined round trips however many (web/guard.py asks this for every open stream)."""
+        digests = list(dict.fromkeys(digests))
+        if not digests:
+            return set()
+        names = [text_or_none(n) for n in self.redis.hmget(self.keys.tokens(), digests)]
+        owners = sorted({n for n in names if n})
+        records = dict(zip(owners, self.redis.hmget(self.keys.users(), owners))) if owners else {}
+        tokens = {n: set(json.loads(raw)["tokens"]) for n, raw in records.items() if raw}
+        return {d for d, n in zip(digests, names) if n and d in tokens.get(n, ())}
 
     def for_digest(self, digest: str) -> User | None:
         """The user a token digest belongs to: only while the user's record lists it."""
