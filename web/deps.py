@@ -44,25 +44,25 @@ class Deps:
 
     @property
     def broker(self) -> Broker:
-        if self._broker is None:
-            engine = self.engine
-            with self._lock:
-                if self._broker is None:
-                    self._broker = Broker(
-                        engine,
-                        block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"],
-                        limit=self.config["GHOSTLESS_SSE_BUFFER"],
-                    )
-        return self._broker
+        return self._once(
+            "_broker",
+            lambda engine: Broker(
+                engine, block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"], limit=self.config["GHOSTLESS_SSE_BUFFER"]
+            ),
+        )
 
     @property
     def guard(self) -> StreamGuard:
-        if self._guard is None:
+        return self._once("_guard", StreamGuard)
+
+    def _once(self, attr: str, make):
+        """The per-process object in ``attr``, made by ``make(engine)`` on first use."""
+        if getattr(self, attr) is None:
             engine = self.engine
             with self._lock:
-                if self._guard is None:
-                    self._guard = StreamGuard(engine)
-        return self._guard
+                if getattr(self, attr) is None:
+                    setattr(self, attr, make(engine))
+        return getattr(self, attr)
 
     def close(self) -> None:
         """Stop the broker's reader and the stream guard (tests; a process that exits needs nothing)."""
