@@ -18,6 +18,18 @@ from tests.support.redis_server import RedisServer, redis_server_path
 REQUIRE_REAL = os.environ.get("REQUIRE_REAL_REDIS") == "1"
 
 
+@pytest.fixture(autouse=True)
+def _ghostless_environment():
+    """Every test starts and ends with the process's GHOSTLESS_* environment as it was: commands
+    run in-process (``ghostless worker --redis-url ...`` passes its URL to the work horse through
+    the environment) must not hand one test's settings to the next."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("GHOSTLESS_")}
+    yield
+    for k in [k for k in os.environ if k.startswith("GHOSTLESS_") and k not in saved]:
+        del os.environ[k]
+    os.environ.update(saved)
+
+
 def need_redis_server() -> None:
     if redis_server_path() is None:
         msg = "redis-server is not installed: real-Redis tests cannot run (apt-get install redis-server)"
