@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 
 import redis
 
@@ -75,13 +76,11 @@ class StreamGuard:
     # -- the thread ---------------------------------------------------------------------------------
     def _run(self) -> None:
         credentials_due = 0.0
-        clock = 0.0
         while not self._stop.wait(self.client_every):
-            clock += self.client_every
             try:
                 self.check_clients()
-                if clock >= credentials_due:
-                    credentials_due = clock + self.credential_every
+                if time.monotonic() >= credentials_due:
+                    credentials_due = time.monotonic() + self.credential_every
                     self.check_credentials()
             except redis.RedisError as e:  # the streams' own reads notice too; look again next round
                 log.warning("stream credential check failed: %s", e)

@@ -85,34 +85,18 @@ def busy_retry_ms() -> int:
 
 
 def client_gone(environ=None) -> bool:
-    """True once the request's client has closed its connection (EOF or reset on its socket).
-
-    Looks (poll, zero timeout) without reading or waiting: a socket with nothing to read is a live client, and
-    bytes waiting (a pipelined request) are left for the server. Without a socket to look at
-    (the test client, an unknown server) it says False.
-    """
+    """True once the request's client has closed its connection (EOF or reset on its socket):
+    ``gone_sockets`` of its one socket. Without a socket to look at (the test client, an unknown
+    server) it says False."""
     environ = request.environ if environ is None else environ
     sock = environ.get("gunicorn.socket") or environ.get("werkzeug.socket")
     if sock is None:
         return False
     try:
-        poller = _os_poll()()
-        poller.register(sock.fileno(), select.POLLIN)
-        events = poller.poll(0)
-    except (OSError, ValueError):  # closed under us
+        fd = sock.fileno()
+    except OSError:  # closed under us
         return True
-    if not events:
-        return False
-    if events[0][1] & (select.POLLERR | select.POLLNVAL):
-        return True
-    try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
-        return False
-    except ValueError:  # a TLS socket takes no flags: cannot tell, so not gone
-        return False
-    except OSError:
-        return True
+    return fd < 0 or bool(gone_sockets([fd]))
 
 
 def _os_poll():

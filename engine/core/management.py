@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ghostless.core import dependencies as deps
 
+from . import listing
 from .errors import Code, IllegalTransition, TaskNotFound, refusing_full
 from .keys import new_task_id, parse_task_id
 from .models import Task
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 class Management:
     """Mixed into Engine; uses its redis, keys, registry, scripts, dispatcher and its helpers
-    (``_keys``, ``_require``, ``_args_json``, ``dispatch``, ``get``, ``list_tasks``)."""
+    (``_keys``, ``_require``, ``_args_json``, ``dispatch``, ``get``)."""
 
     # What Engine sets in __init__ and defines, declared here for the type checker.
     redis: Any
@@ -43,15 +44,6 @@ class Management:
         def _args_json(self, args: Any, tt: TaskType, quota: Quota | None) -> str: ...
         def dispatch(self, task_id: str) -> str | None: ...
         def get(self, task_id: str, owner: str | None = None) -> Task | None: ...
-        def list_tasks(
-            self,
-            owner: str | None = None,
-            status: str | None = None,
-            type: str | None = None,
-            queue: str | None = None,
-            limit: int = 50,
-            cursor: str | None = None,
-        ) -> Any: ...
         def queues(self) -> list[str]: ...
 
     def cancel(self, task_id: str, *, by: str, admin: bool = False, reason: str = "") -> None:
@@ -130,8 +122,8 @@ class Management:
         tt = self.registry.get(type)
         count, cursor = 0, None
         while True:
-            page, cursor = self.list_tasks(
-                None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue, limit=200, cursor=cursor
+            page, cursor = listing.list_tasks(
+                self, None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue, limit=200, cursor=cursor
             )
             for task in page:
                 try:
