@@ -202,7 +202,8 @@ def test_a_long_poll_whose_client_closed_frees_its_slot_at_once(start_web, serve
         )
         if held is True:
             break
-        waiting.close()  # refused (a probe held the slot): ask again
+        waiting.close()  # refused (a probe, or the attempt before, held the slot): ask again once it is free
+        wait_until(lambda: get(base, probe, token)[0] == 200, timeout=6, interval=0.05, what="a free slot")
     assert held is True
     waiting.close()
     # Before, the closed long-poll kept its thread and its slot for its whole 30 s. (It looks
