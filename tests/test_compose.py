@@ -13,6 +13,9 @@ import yaml
 from click.testing import CliRunner
 
 from ghostless.cli.root import main
+from tests.conftest import need_redis_server
+from tests.support.cluster import cluster_port
+from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -111,3 +114,59 @@ def test_the_web_service_requires_the_shared_secret_key():
         r"\$\{GHOSTLESS_SECRET_KEY:\?[^}]*GHOSTLESS_SECRET_KEY[^}]*\}", web["environment"]["GHOSTLESS_SECRET_KEY"]
     )
     assert web["environment"]["GHOSTLESS_REDIS_URL"] == SERVICES["worker"]["environment"]["GHOSTLESS_REDIS_URL"]
+
+
+# docs/compose/cluster.yml: the same stack on a Redis Cluster (docs/operations.md).
+CLUSTER_COMPOSE = yaml.safe_load((ROOT / "docs/compose/cluster.yml").read_text())
+CLUSTER_SERVICES = CLUSTER_COMPOSE["services"]
+NODES = [f"redis-{n}" for n in range(1, 7)]
+
+
+def _expanded(arg) -> str:
+    """A compose argument with ``${VAR:-default}`` replaced by its default."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(arg))
+
+
+@pytest.mark.parametrize("name", GHOSTLESS)
+def test_the_cluster_example_runs_each_ghostless_process_on_the_cluster(name):
+    service = CLUSTER_SERVICES[name]
+    command = service["command"]
+    assert command == SERVICES[name]["command"]  # the same processes as docker-compose.yml
+    with click.Context(main) as parent:
+        main.commands[command[1]].make_context(command[1], list(command[2:]), parent=parent)
+    url = service["environment"]["GHOSTLESS_REDIS_URL"]
+    assert url.startswith("redis+cluster://")
+    hosts = url.partition("://")[2].split(",")
+    assert {h.partition(":")[0] for h in hosts} <= set(NODES) and len(hosts) >= 2
+    assert service["depends_on"] == {"cluster-create": {"condition": "service_completed_successfully"}}
+    assert (ROOT / "docs/compose" / service["build"] / "Dockerfile").is_file()
+
+
+def test_the_cluster_example_creates_three_primaries_with_a_replica_each():
+    script = CLUSTER_SERVICES["cluster-create"]["command"][0]
+    assert "--cluster create --cluster-replicas 1 --cluster-yes" in script
+    assert "for n in 1 2 3 4 5 6" in script
+    assert set(CLUSTER_SERVICES["cluster-create"]["depends_on"]) == set(NODES)
+    for node in NODES:
+        assert CLUSTER_SERVICES[node]["volumes"][0].startswith(f"{node}:/data")
+
+
+def test_the_cluster_example_node_settings_are_accepted_by_redis_server():
+    """A node's command line, run by a real redis-server (on a private port): a cluster node that
+    appends every write and never evicts."""
+    need_redis_server()
+    args = [_expanded(a) for a in CLUSTER_SERVICES["redis-1"]["command"]]
+    assert args[0] == "redis-server"
+    port_at = args.index("--port")
+    extra = args[1:port_at] + args[port_at + 2 :]  # our own port instead of 6379
+    server = RedisServer(*extra)
+    server.port = cluster_port()  # a cluster node needs its bus port (port + 10000) free too
+    server.start()
+    try:
+        client = server.client()
+        assert client.info("cluster")["cluster_enabled"] == 1
+        assert client.config_get("appendonly")["appendonly"] == "yes"
+        assert client.config_get("maxmemory-policy")["maxmemory-policy"] == "noeviction"
+        assert int(client.config_get("cluster-node-timeout")["cluster-node-timeout"]) <= 15000
+    finally:
+        server.close()
