@@ -3,6 +3,8 @@ set a user's submit quota."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import click
 
 from ghostless.cli.common import (
@@ -15,6 +17,7 @@ from ghostless.cli.common import (
     dump,
     load_engine,
     one_line_errors,
+    progress,
 )
 from ghostless.cli.root import command, user_group
 from ghostless.core.quota import FIELDS
@@ -39,7 +42,13 @@ def reclaim_command(app_spec, redis_url, as_json, task_id, by):
 def retry_failed_command(app_spec, redis_url, as_json, type_name, by):
     """Reopen every FAILED task of TYPE (each retry audited)."""
     engine = load_engine(app_spec, redis_url, quiet=True)
-    count = engine.retry_failed(type_name, by=by)
+    with ExitStack() as stack:
+        bars = []
+
+        def start(total: int) -> None:
+            bars.append(stack.enter_context(progress(total, f"retrying {total} FAILED {type_name}", hidden=as_json)))
+
+        count = engine.retry_failed(type_name, by=by, on_total=start, on_each=lambda _id: bars[0].update(1))
     dump({"type": type_name, "retried": count}) if as_json else click.echo(f"retried {count} {type_name} task(s)")
 
 

@@ -8,19 +8,38 @@ Redis or a Redis that refused.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import sys
 from contextlib import contextmanager
 
 import click
 import redis
 
-from ghostless.core.app import AppError, load_app
+from ghostless.core.app import AppError, ignored_url, load_app
 from ghostless.core.errors import GhostlessError, IllegalTransition, TaskNotFound
 from ghostless.core.keys import parse_task_id
 
-APP = click.option("--app", "app_spec", envvar="GHOSTLESS_APP", help="module:attribute of the Engine.")
-REDIS = click.option("--redis-url", envvar="GHOSTLESS_REDIS_URL", help="Redis URL (else the app's).")
+APP = click.option(
+    "--app", "app_spec", envvar="GHOSTLESS_APP", show_envvar=True, help="module:attribute of the Engine."
+)
+REDIS = click.option(
+    "--redis-url",
+    envvar="GHOSTLESS_REDIS_URL",
+    show_envvar=True,
+    help="Redis URL: redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// (else the app's).",
+)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL = click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    envvar="GHOSTLESS_LOG_LEVEL",
+    show_envvar=True,
+    help="Least severe log messages shown.",
+)
 JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 BY = click.option("--by", default="cli", show_default=True, help="Who acts (recorded in the task's history).")
 
@@ -71,7 +90,19 @@ def load_engine(app_spec, redis_url, quiet: bool = False):
         if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
             logger.addHandler(logging.NullHandler())
     with one_line_errors():
-        return load_app(app_spec, redis_url)
+        engine = load_app(app_spec, redis_url)
+    ignored = ignored_url(engine, redis_url)
+    if ignored:
+        click.echo(f"warning: {ignored}", err=True)
+    return engine
+
+
+def progress(length: int, label: str, hidden: bool = False):
+    """A progress bar on stderr for a long operation over ``length`` items (``bar.update(n)`` as it
+    goes): the share done and the time left. click draws it only on a terminal (a pipe or a log
+    gets the label once); ``hidden`` (``--json``) draws nothing."""
+    stream = io.StringIO() if hidden else sys.stderr
+    return click.progressbar(length=length, label=label, file=stream, show_pos=True)
 
 
 def setup_logging(level: str) -> None:

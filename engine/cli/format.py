@@ -33,6 +33,22 @@ def _json(value) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
+def task_table(tasks: list[Task]) -> str:
+    """One line per task: id, status (stage while processing), type, owner, attempt, last change."""
+    rows = [
+        [
+            t.id,
+            t.status.value + (f" ({t.stage})" if t.status == State.PROCESSING and t.stage else ""),
+            t.type,
+            t.owner,
+            f"{t.attempt}/{t.max_attempts}",
+            when(t.updated_at),
+        ]
+        for t in tasks
+    ]
+    return table(["task", "status", "type", "owner", "attempt", "updated"], rows)
+
+
 def task_block(task: Task) -> str:
     status = task.status.value
     if task.status == State.PROCESSING:

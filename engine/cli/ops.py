@@ -15,13 +15,14 @@ import sys
 
 import click
 
-from ghostless.cli.common import BY, BadArgument, checked_task_id, dump, load_engine, setup_logging
-from ghostless.cli.format import event_line, history_table, stats_tables, task_block, when
+from ghostless.cli.common import BY, LOG_LEVEL, BadArgument, checked_task_id, dump, load_engine, progress, setup_logging
+from ghostless.cli.format import event_line, history_table, stats_tables, task_block, task_table, when
 from ghostless.cli.root import command
 from ghostless.core import check as check_mod
 from ghostless.core.clock import server_ms
 from ghostless.core.errors import TaskNotFound
 from ghostless.core.server import persistence_notes
+from ghostless.core.states import State
 
 
 def _args(text: str) -> dict:
@@ -53,6 +54,12 @@ def _get(engine, task_id):
 @click.option("--due-in", type=float, help="Seconds by which it should have ended (else: overdue).")
 @click.option("--escalate-in", type=float, help="Seconds after which an unfinished task escalates.")
 @click.option("--notify-url", help="Webhook for its notifications (the app must enable them).")
+@click.option(
+    "--from-file",
+    type=click.File("r"),
+    help="Submit one task per line of this file ('-': stdin), each line a JSON object of arguments; "
+    "the other options apply to every task (--idempotency-key K: line N gets the key K:N).",
+)
 def submit_command(
     app_spec,
     redis_url,
@@ -67,15 +74,15 @@ def submit_command(
     due_in,
     escalate_in,
     notify_url,
+    from_file,
 ):
-    """Submit a task of a registered TYPE."""
-    args = _args(args_json)
+    """Submit a task of a registered TYPE (or one per line of --from-file)."""
+    if from_file is not None and args_json != "{}":
+        raise BadArgument("give --args or --from-file, not both")
+    lines = _lines(from_file) if from_file is not None else [(0, _args(args_json))]
     engine = load_engine(app_spec, redis_url, quiet=True)
-    task = engine.submit(
-        type_name,
-        args,
+    options = dict(
         owner=owner,
-        idempotency_key=idempotency_key,
         priority=priority,
         delay=delay,
         depends_on=list(depends_on) or None,
@@ -83,10 +90,39 @@ def submit_command(
         escalate_in=escalate_in,
         notify_url=notify_url,
     )
+    if from_file is None:
+        task = engine.submit(type_name, lines[0][1], idempotency_key=idempotency_key, **options)
+        dump(task.to_dict()) if as_json else click.echo(_submitted(task))
+        return
+    tasks = []
+    with progress(len(lines), f"submitting {len(lines)} {type_name}", hidden=as_json) as bar:
+        for number, args in lines:
+            key = f"{idempotency_key}:{number}" if idempotency_key else None
+            try:
+                tasks.append(engine.submit(type_name, args, idempotency_key=key, **options))
+            except ValueError as e:  # this line's arguments: the lines before it are submitted
+                raise BadArgument(f"line {number}: {e} ({len(tasks)} submitted before it)") from None
+            bar.update(1)
     if as_json:
-        dump(task.to_dict())
+        dump([t.to_dict() for t in tasks])
     else:
-        click.echo(f"submitted {task.id} ({task.type}, {task.status.value}, owner {task.owner})")
+        click.echo("\n".join(_submitted(t) for t in tasks) or "nothing to submit (no lines)")
+
+
+def _submitted(task) -> str:
+    return f"submitted {task.id} ({task.type}, {task.status.value}, owner {task.owner})"
+
+
+def _lines(stream) -> list[tuple[int, dict]]:
+    """(line number, arguments) of each non-blank line; every line checked before any is submitted."""
+    out = []
+    for number, line in enumerate(stream, start=1):
+        if line.strip():
+            try:
+                out.append((number, _args(line)))
+            except BadArgument as e:
+                raise BadArgument(f"line {number}: {e.message.replace('--args', 'the line')}") from None
+    return out
 
 
 @command("show")
@@ -102,6 +138,30 @@ def show_command(app_spec, redis_url, as_json, task_id):
     click.echo(task_block(task))
     click.echo(f"\nhistory ({len(history)} {'entry' if len(history) == 1 else 'entries'}, oldest first)")
     click.echo(history_table(history))
+
+
+@command("list")
+@click.option("--status", type=click.Choice([s.value for s in State], case_sensitive=False), help="Only this state.")
+@click.option("--type", "type_name", help="Only tasks of this type.")
+@click.option("--queue", help="Only this queue's tasks.")
+@click.option("--owner", help="Only this owner's tasks (default: every owner's).")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True, help="Tasks on a page.")
+@click.option("--cursor", help="The next page: the cursor the previous page printed.")
+def list_command(app_spec, redis_url, as_json, status, type_name, queue, owner, limit, cursor):
+    """Tasks, newest first, with filters; one page at a time (--cursor for the next)."""
+    engine = load_engine(app_spec, redis_url, quiet=True)
+    tasks, next_cursor = engine.list_tasks(
+        owner=owner, status=status and status.upper(), type=type_name, queue=queue, limit=limit, cursor=cursor
+    )
+    if as_json:
+        dump({"tasks": [t.to_dict() for t in tasks], "next_cursor": next_cursor})
+        return
+    if not tasks:
+        click.echo("no tasks")
+    else:
+        click.echo(task_table(tasks))
+    if next_cursor:
+        click.echo(f"\nmore: --cursor {next_cursor}")
 
 
 @command("cancel")
@@ -252,7 +312,7 @@ def check_command(ctx, app_spec, redis_url, as_json):
 )
 @click.option("--burst", is_flag=True, help="Run one tick (fire what is due now) and exit.")
 @click.option("--list", "list_only", is_flag=True, help="Print the schedules and their periods, then exit.")
-@click.option("--log-level", default="INFO", show_default=True)
+@LOG_LEVEL
 def scheduler_command(app_spec, redis_url, as_json, interval, burst, list_only, log_level):
     """Fire the app's periodic tasks, exactly once per period (run any number of copies)."""
     from ghostless.periodic.schedules import describe, schedules
@@ -260,6 +320,9 @@ def scheduler_command(app_spec, redis_url, as_json, interval, burst, list_only, 
     if not list_only:
         setup_logging(log_level)  # before the app loads: its start-up checks log what Redis would lose
     engine = load_engine(app_spec, redis_url, quiet=list_only)
+    if not schedules(engine) and list_only:
+        dump([]) if as_json else click.echo("no periodic tasks in the app")
+        return
     if not schedules(engine):
         raise BadArgument("no periodic tasks in the app: register them with engine.periodic(name, cron=...)")
     if list_only:

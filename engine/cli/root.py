@@ -12,13 +12,18 @@ import threading
 
 import click
 
-from ghostless.cli.common import APP, JSON, REDIS, load_engine, one_line_errors, setup_logging
+from ghostless.cli.common import APP, JSON, LOG_LEVEL, REDIS, dump, load_engine, one_line_errors, setup_logging
 from ghostless.web.serve import CONNECTIONS, SERVERS
 
 
-@click.group()
+@click.group(name="ghostless", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ghostless", prog_name="ghostless", message="%(prog)s %(version)s")
 def main():
-    """ghostless: tasks in Redis that never vanish."""
+    """ghostless: tasks in Redis that never vanish.
+
+    Every command finds the app's Engine through --app or GHOSTLESS_APP (module:attribute) and
+    Redis through --redis-url or GHOSTLESS_REDIS_URL; `ghostless COMMAND -h` lists its options.
+    """
 
 
 def command(name: str, **kw):
@@ -48,7 +53,7 @@ def command(name: str, **kw):
 )
 @click.option("--burst", is_flag=True, help="Stop when the queues are empty.")
 @click.option("--name", help="Worker name (default: RQ's unique name).")
-@click.option("--log-level", default="INFO", show_default=True)
+@LOG_LEVEL
 def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_level):
     """Run an RQ worker for the app's queues (all registered queues by default)."""
     from ghostless.execution.worker import run_worker
@@ -73,7 +78,7 @@ def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_l
     help="Longest sleep between ticks (seconds); it wakes earlier for the next deadline.",
 )
 @click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True)
-@click.option("--log-level", default="INFO", show_default=True)
+@LOG_LEVEL
 def sweeper_command(app_spec, redis_url, interval, batch, log_level):
     """Reclaim expired leases, promote due retries, re-dispatch lost jobs, purge old tasks."""
     from ghostless.core.sweep import run_sweeper
@@ -130,7 +135,7 @@ def demo_command(ctx):
     show_default=True,
     help="Threads per process (gthread): each open SSE stream or long-poll holds one.",
 )
-@click.option("--log-level", default="INFO", show_default=True)
+@LOG_LEVEL
 def web_command(app_spec, redis_url, host, port, workers, threads, server, connections, log_level):
     """Serve the web app and JSON API (gunicorn gevent workers; Flask's dev server without gunicorn)."""
     from ghostless.web.serve import serve
@@ -168,9 +173,14 @@ def user_add(app_spec, redis_url, name, admin):
 @user_group.command("list")
 @APP
 @REDIS
-def user_list(app_spec, redis_url):
+@JSON
+def user_list(app_spec, redis_url, as_json):
     """Every user, whether admin, and how many tokens they hold."""
-    for user in load_engine(app_spec, redis_url).users.list():
+    users = load_engine(app_spec, redis_url, quiet=True).users.list()
+    if as_json:
+        dump([{"name": u.name, "admin": u.admin, "tokens": u.tokens, "created_at": u.created_at} for u in users])
+        return
+    for user in users:
         click.echo(f"{user.name}\t{'admin' if user.admin else 'user'}\ttokens={user.tokens}")
 
 

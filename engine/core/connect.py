@@ -80,6 +80,35 @@ def connect(url: str | None = None):
     )
 
 
+def host_name(host: str) -> str:
+    """``host`` as compared between a URL and a client: ``localhost`` is 127.0.0.1."""
+    return "127.0.0.1" if host == "localhost" else host
+
+
+def url_target(url: str) -> tuple[str, str] | None:
+    """Where ``url`` points, without connecting: ("redis", "host:port/db" or "path/db"),
+    ("sentinel", "service/db") or ("cluster", "host:port,..." of its startup nodes).
+
+    Raises BadRedisURL for a URL ``connect`` would refuse; None for a form it cannot tell.
+    """
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        return "cluster", ",".join(sorted(f"{host_name(h)}:{p}" for h, p in _split(url)[1]))
+    if scheme in ("redis+sentinel", "rediss+sentinel"):
+        service, _, db = _split(url)[2].strip("/").partition("/")
+        return "sentinel", f"{service}/{db or 0}"
+    if scheme not in ("redis", "rediss", "unix"):
+        return None
+    try:
+        kwargs = redis.connection.parse_url(url)
+    except ValueError as e:
+        raise BadRedisURL(f"malformed Redis URL {redact(url)}: {_scrub(str(e), url)}") from None
+    db = kwargs.get("db", 0)
+    if kwargs.get("path"):
+        return "redis", f"{kwargs['path']}/{db}"
+    return "redis", f"{host_name(kwargs.get('host', 'localhost'))}:{kwargs.get('port', 6379)}/{db}"
+
+
 def _scrub(message: str, url: str) -> str:
     password = _password(url)
     return message.replace(password, "***") if password else message

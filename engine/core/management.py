@@ -117,22 +117,33 @@ class Management:
             self.dispatch(task_id)
         return self._require(task_id).status
 
-    def retry_failed(self, type: str, *, by: str, queue: str | None = None) -> int:
-        """Admin: manual ``retry`` of every FAILED task of a type. Returns how many were reopened."""
+    def retry_failed(self, type: str, *, by: str, queue: str | None = None, on_total=None, on_each=None) -> int:
+        """Admin: manual ``retry`` of every FAILED task of a type. Returns how many were reopened.
+
+        The FAILED tasks are listed first, then retried one by one: ``on_total(n)`` is called with
+        their number and ``on_each(task_id)`` after each retry (for a progress display).
+        """
         tt = self.registry.get(type)
-        count, cursor = 0, None
+        ids, cursor = [], None
         while True:
             page, cursor = listing.list_tasks(
-                self, None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue, limit=200, cursor=cursor
+                self, None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue, limit=500, cursor=cursor
             )
-            for task in page:
-                try:
-                    self.retry(task.id, by=by, admin=True)
-                    count += 1
-                except (IllegalTransition, TaskNotFound):
-                    pass  # retried or purged meanwhile
+            ids += [task.id for task in page]
             if cursor is None:
-                return count
+                break
+        if on_total is not None:
+            on_total(len(ids))
+        count = 0
+        for task_id in ids:
+            try:
+                self.retry(task_id, by=by, admin=True)
+                count += 1
+            except (IllegalTransition, TaskNotFound):
+                pass  # retried or purged meanwhile
+            if on_each is not None:
+                on_each(task_id)
+        return count
 
     def drain(self, queue: str, draining: bool = True) -> None:
         """Admin: stop (or, with False, resume) handing the queue's tasks to workers. Tasks already
