@@ -17,9 +17,11 @@ from ghostless.core.errors import (
     RedisSetupError,
     ReplicationTimeout,
     TaskCancelled,
+    TaskFailed,
     TaskNotFound,
     UnknownParent,
     UnknownTaskType,
+    WaitTimeout,
     WrongDispatch,
 )
 from ghostless.core.models import Event, Lease, Task
@@ -59,9 +61,11 @@ __all__ = [
     "State",
     "Task",
     "TaskCancelled",
+    "TaskFailed",
     "TaskNotFound",
     "TaskType",
     "UnknownParent",
     "UnknownTaskType",
+    "WaitTimeout",
     "WrongDispatch",
 ]

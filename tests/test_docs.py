@@ -17,3 +17,16 @@ def test_readme_first_section_gives_the_two_setup_commands():
     readme = (ROOT / "README.md").read_text()
     first = readme.split("\n## ", 1)[0]
     assert "make demo" in first and "make test" in first
+
+
+def _example(doc: str, name: str) -> str:
+    """The python block after ``<!-- example: NAME ...-->`` in a doc."""
+    text = (ROOT / doc).read_text()
+    marker = f"<!-- example: {name} "
+    assert marker in text, f"{doc} has no example {name!r}"
+    block = text.split(marker, 1)[1].split("```python\n", 1)[1]
+    return block.split("\n```", 1)[0]
+
+
+def test_the_wait_example_in_features_runs():
+    exec(compile(_example("docs/features.md", "wait"), "docs/features.md:wait", "exec"), {"__name__": "example"})

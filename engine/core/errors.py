@@ -210,3 +210,25 @@ def refusing_full(operation: str):
         yield
     except redis.exceptions.OutOfMemoryError as e:
         raise RedisFull(operation) from e
+
+
+class WaitTimeout(GhostlessError, TimeoutError):
+    """``Engine.wait`` / ``Engine.result``: the task had not ended within the timeout. ``task`` is
+    the task as last read (still unfinished); it goes on running."""
+
+    def __init__(self, task_id: str, timeout: float, task=None):
+        self.task_id, self.timeout, self.task = task_id, timeout, task
+        status = f" (still {task.status.value})" if task is not None else ""
+        super().__init__(f"task {task_id} had not ended after {timeout:g} s{status}")
+
+
+class TaskFailed(GhostlessError):
+    """``Engine.result``: the task ended without success: FAILED, TIMEOUT or CANCELLED (``status``).
+    ``reason`` and ``error_kind`` are the task's own (the last attempt's error, the timeout, who
+    cancelled); ``task`` is the ended task (``task.superseded_by`` names its replacement after an edit)."""
+
+    def __init__(self, task):
+        self.task, self.task_id, self.status = task, task.id, task.status
+        self.reason, self.error_kind = task.reason, task.error_kind
+        kind = f" [{task.error_kind}]" if task.error_kind else ""
+        super().__init__(f"task {task.id} ended {task.status.value}{kind}: {task.reason or 'no reason given'}")

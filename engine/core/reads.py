@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from . import listing
+from . import listing, waiting
 from .keys import parse_task_id
 from .models import Event, Task
 from .text import text
@@ -72,3 +72,16 @@ class Reads:
         delivery history)."""
         ids = [text(i) for i in self.redis.lrange(self._keys(task_id).notifications, 0, -1)]
         return [t for t in self.get_many(ids) if t is not None]
+
+    def wait(self, task_id: str, timeout: float | None = None, owner: str | None = None) -> Task:
+        """The task once it has ended (any terminal state), waiting on its queue's event stream.
+
+        ``timeout`` in seconds (None: until it ends). Raises WaitTimeout (a TimeoutError: the task
+        goes on running), TaskNotFound (also another owner's task with ``owner``)."""
+        return waiting.wait(self, task_id, timeout, owner)
+
+    def result(self, task_id: str, timeout: float | None = None, owner: str | None = None) -> Any:
+        """The task's result once it has succeeded. Raises TaskFailed (``.status`` FAILED, TIMEOUT
+        or CANCELLED, ``.reason``, ``.error_kind``, ``.task``) when it ended otherwise, and what
+        ``wait`` raises."""
+        return waiting.result(self, task_id, timeout, owner)

@@ -1,0 +1,95 @@
+"""Waiting for a task to end: ``Engine.wait`` and ``Engine.result`` (RQ's
+``job.latest_result(timeout=)``, Celery's ``AsyncResult.get(timeout=)``, BullMQ's
+``waitUntilFinished``).
+
+Driven by the task's queue event stream, not by polling the task: the waiter notes the stream's
+last entry, reads the task (already ended: returned at once), then blocks in ``XREAD`` on the
+stream from that entry until the task's terminal transition arrives (the task is read again and
+returned) or the timeout passes (``WaitTimeout``). An event written between the first read and the
+first ``XREAD`` is not missed: the read starts from the entry noted before the task was read. Each
+blocking read lasts at most ``MAX_BLOCK`` seconds (and half the client's socket timeout), after
+which the task is read again, so an event trimmed from a full stream, or a stream lost with its
+Redis, delays the answer by one block at most. A waiter reads its whole queue's events: cheap for
+a few waiters, but thousands of waiters on one busy queue each read every event (the web's task
+pages share one reader per process instead, web/broker.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .errors import TaskFailed, TaskNotFound, WaitTimeout
+from .models import Task
+from .states import State
+from .streams import is_terminal, stream_event
+from .text import text
+
+MAX_BLOCK = 2.0  # seconds one XREAD blocks at most
+BATCH = 500  # events one XREAD returns at most
+
+
+def wait(engine, task_id: str, timeout: float | None = None, owner: str | None = None) -> Task:
+    """The task once it has ended (SUCCESS, FAILED, TIMEOUT or CANCELLED).
+
+    ``timeout``: seconds to wait at most (None: until it ends). ``owner``: only that owner's task
+    (another's is not found). Raises TaskNotFound, WaitTimeout (the task goes on), ValueError for a
+    negative timeout.
+    """
+    if timeout is not None and (isinstance(timeout, bool) or not timeout >= 0):
+        raise ValueError("timeout must be a number of seconds >= 0, or None")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    task = engine.get(task_id, owner)
+    if task is None:
+        raise TaskNotFound(task_id)
+    key = engine.keys.queue_key(task.queue, "events")
+    position = _last_id(engine.redis, key)
+    task = engine.get(task_id, owner)  # read after noting the position: no event falls between
+    block = min(MAX_BLOCK, _socket_timeout(engine.redis) / 2)
+    read_at = time.monotonic()
+    while True:
+        if task is None:
+            raise TaskNotFound(task_id)  # purged (or its Redis lost it) while we waited
+        if task.terminal:
+            return task
+        now = time.monotonic()
+        left = None if deadline is None else deadline - now
+        if left is not None and left <= 0:
+            raise WaitTimeout(task_id, timeout or 0.0, task)
+        position, ended = _read(engine, key, task.queue, task_id, position, min(block, left or block))
+        if ended or time.monotonic() - read_at >= block:  # its end, or a look now and then
+            task, read_at = engine.get(task_id, owner), time.monotonic()
+
+
+def result(engine, task_id: str, timeout: float | None = None, owner: str | None = None):
+    """The task's result once it has succeeded; raises TaskFailed (with the task's status and
+    reason) when it ended FAILED, TIMEOUT or CANCELLED, and what ``wait`` raises."""
+    task = wait(engine, task_id, timeout, owner)
+    if task.status != State.SUCCESS:
+        raise TaskFailed(task)
+    return task.result
+
+
+def _read(engine, key: str, queue: str, task_id: str, position: str, block: float) -> tuple[str, bool]:
+    """Block up to ``block`` seconds for events after ``position``: (new position, whether the
+    task's terminal transition was among them)."""
+    reply = engine.redis.xread({key: position}, count=BATCH, block=max(1, int(block * 1000)))
+    ended = False
+    for _key, rows in reply or []:
+        for sid, fields in rows:
+            position = text(sid)
+            event = stream_event(queue, sid, fields)
+            ended = ended or (event["task_id"] == task_id and is_terminal(event))
+    return position, ended
+
+
+def _last_id(client, key: str) -> str:
+    """The id of the stream's last entry ("0-0" when it is empty or missing)."""
+    rows = client.xrevrange(key, "+", "-", count=1)
+    return text(rows[0][0]) if rows else "0-0"
+
+
+def _socket_timeout(client) -> float:
+    """The client's read timeout in seconds (10 when it has none or cannot tell)."""
+    pool = getattr(client, "connection_pool", None)
+    value = getattr(pool, "connection_kwargs", {}).get("socket_timeout") if pool is not None else None
+    return float(value) if value else 10.0
