@@ -52,19 +52,42 @@ def command(name: str, **kw):
     help="fork: each attempt in a work-horse process (isolation); simple: in the worker itself.",
 )
 @click.option("--burst", is_flag=True, help="Stop when the queues are empty.")
-@click.option("--name", help="Worker name (default: RQ's unique name).")
+@click.option("--name", help="Worker name (default: RQ's unique name; with --concurrency: NAME-1, NAME-2, ...).")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    envvar="GHOSTLESS_CONCURRENCY",
+    show_envvar=True,
+    help="Workers run by this command, each an RQ worker of its own under one supervisor: one "
+    "SIGTERM or Ctrl-C stops them all gracefully, a crashed one is started again.",
+)
 @LOG_LEVEL
-def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_level):
-    """Run an RQ worker for the app's queues (all registered queues by default)."""
-    from ghostless.execution.worker import run_worker
+def worker_command(app_spec, redis_url, queues, worker_class, burst, name, concurrency, log_level):
+    """Run RQ workers for the app's queues (all registered queues by default)."""
+    from ghostless.execution.worker import run_worker, worker_queues
 
     engine = load_engine(app_spec, redis_url)
     setup_logging(log_level)
-    engine.data_epoch.watch()  # logs an error if Redis loses its data while this worker runs
     try:
-        run_worker(engine, list(queues) or None, worker_class, burst=burst, name=name, logging_level=log_level)
+        names = worker_queues(engine, list(queues) or None, worker_class)  # refused here, once
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+
+    def work(index: int | None = None) -> int:
+        engine.data_epoch.watch()  # logs an error if Redis loses its data while this worker runs
+        own = f"{name}-{index + 1}" if name and index is not None else name
+        run_worker(engine, names, worker_class, burst=burst, name=own, logging_level=log_level)
+        return 0
+
+    if concurrency == 1:
+        work()
+        return
+    from ghostless.execution.supervisor import Supervisor
+
+    raise SystemExit(Supervisor(work, concurrency, burst=burst).run())
 
 
 @main.command("sweeper")

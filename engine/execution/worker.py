@@ -220,14 +220,21 @@ def rq_connection(client, namespace: str):
     return rq_cluster_connection(client_like(client, **no_resends()), rq_wake_channel(namespace))
 
 
-def build_worker(
-    engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None, **kwargs
-):
+def worker_queues(engine, queues: list[str] | None, worker_class: str) -> list[str]:
+    """The queues a worker of ``worker_class`` serves (default: every registered queue); ValueError
+    for an unknown class or no queue at all."""
     if worker_class not in WORKER_CLASSES:
         raise ValueError(f"worker class must be one of {', '.join(WORKER_CLASSES)}")
     names = queues or engine.registry.queues()
     if not names:
         raise ValueError("no queues: register task types in the app or name queues on the command line")
+    return names
+
+
+def build_worker(
+    engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None, **kwargs
+):
+    names = worker_queues(engine, queues, worker_class)
     cls = GhostlessWorker if worker_class == "fork" else GhostlessSimpleWorker
     ride_out_redis_restarts(engine.redis)
     resolve_driver_info_once(engine.redis)
