@@ -30,3 +30,19 @@ def _example(doc: str, name: str) -> str:
 
 def test_the_wait_example_in_features_runs():
     exec(compile(_example("docs/features.md", "wait"), "docs/features.md:wait", "exec"), {"__name__": "example"})
+
+
+def test_the_migrating_example_defines_a_task_that_runs():
+    """docs/migrating.md's task, run in-process as a worker runs it: its stages, progress and result."""
+    from ghostless.execution.runner import execute
+
+    ns = {"__name__": "example"}
+    exec(compile(_example("docs/migrating.md", "migrating"), "docs/migrating.md:migrating", "exec"), ns)
+    engine, task = ns["engine"], ns["task"]
+    execute(engine, engine.claim(task.id, "w1"))
+    assert engine.result(task.id, timeout=5) == {"url": "s3://cat-800.png"}
+    assert list(dict.fromkeys(e.stage for e in engine.history(task.id) if e.stage)) == ["resizing", "uploading"]
+    bad = engine.submit("resize", {"url": "http://cat.png", "width": 1}, owner="user-42")
+    execute(engine, engine.claim(bad.id, "w1"))
+    failed = engine.get(bad.id)
+    assert (failed.status.value, failed.error_kind, failed.attempt) == ("FAILED", "bad_url", 1)

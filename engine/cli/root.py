@@ -64,22 +64,51 @@ def command(name: str, **kw):
     help="Workers run by this command, each an RQ worker of its own under one supervisor: one "
     "SIGTERM or Ctrl-C stops them all gracefully, a crashed one is started again.",
 )
+@click.option(
+    "--rq-queue",
+    "rq_queues",
+    multiple=True,
+    metavar="NAME",
+    help="Also serve this plain RQ queue (repeatable): its jobs run exactly as RQ runs them, after "
+    "the ghostless queues in priority (docs/migrating.md).",
+)
+@click.option(
+    "--rq-serializer",
+    default="pickle",
+    show_default=True,
+    help="How the plain RQ queues' jobs were serialized: pickle (RQ's default), json, or module.Class.",
+)
 @LOG_LEVEL
-def worker_command(app_spec, redis_url, queues, worker_class, burst, name, concurrency, log_level):
+def worker_command(
+    app_spec, redis_url, queues, worker_class, burst, name, concurrency, rq_queues, rq_serializer, log_level
+):
     """Run RQ workers for the app's queues (all registered queues by default)."""
-    from ghostless.execution.worker import run_worker, worker_queues
+    from rq.serializers import resolve_serializer
+
+    from ghostless.execution.worker import plain_rq_queues, run_worker, worker_queues
 
     engine = load_engine(app_spec, redis_url)
     setup_logging(log_level)
-    try:
-        names = worker_queues(engine, list(queues) or None, worker_class)  # refused here, once
-    except ValueError as e:
+    try:  # refused here, once, not in every worker
+        names = worker_queues(engine, list(queues) or None, worker_class)
+        legacy = plain_rq_queues(engine, list(rq_queues))
+        resolve_serializer(rq_serializer)
+    except (ValueError, ImportError, AttributeError, NotImplementedError) as e:
         raise click.UsageError(str(e)) from None
 
     def work(index: int | None = None) -> int:
         engine.data_epoch.watch()  # logs an error if Redis loses its data while this worker runs
         own = f"{name}-{index + 1}" if name and index is not None else name
-        run_worker(engine, names, worker_class, burst=burst, name=own, logging_level=log_level)
+        run_worker(
+            engine,
+            names,
+            worker_class,
+            burst=burst,
+            name=own,
+            logging_level=log_level,
+            rq_queues=legacy,
+            rq_serializer=rq_serializer,
+        )
         return 0
 
     if concurrency == 1:
