@@ -10,9 +10,7 @@ import random
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from redis.exceptions import NoScriptError
-
-from .cluster import batch
+from .cluster import batch, run_then_wait
 from .config import Config
 from .errors import (
     Code,
@@ -342,20 +340,12 @@ class Scripts:
         return out
 
 
-def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
-    """EVALSHA ``script`` then the ``wait`` command in one pipeline, so on one connection (WAIT
-    counts the writes of its own connection): (raw reply, replicas that acknowledged). On NOSCRIPT
-    the script did not run: loaded, sent again. Raises the script's error as a plain call would."""
-    for first in (True, False):
-        pipe = client.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *argv)
-        pipe.execute_command(*wait)
-        reply, acked = pipe.execute(raise_on_error=False)
-        if first and isinstance(reply, NoScriptError):
-            client.script_load(script.script)
-            continue
-        for item in (reply, acked):
-            if isinstance(item, Exception):
-                raise item
-        break
-    return reply, int(acked)
+def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int | None]:
+    """EVALSHA ``script`` then the ``wait`` command on one connection (WAIT counts the writes of
+    its own connection; on a cluster, one to the primary that owns the keys' slot): (raw reply,
+    replicas that acknowledged). NOSCRIPT, MOVED and ASK are handled in cluster.run_then_wait.
+    Raises the script's error as a plain call would."""
+    (reply,), acked = run_then_wait(client, [(script, keys, argv)], wait)
+    if isinstance(reply, Exception):
+        raise reply
+    return reply, acked
