@@ -100,7 +100,7 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple) -> tuple[list, int
     script is never sent twice on a guess.
     """
     out: list[Any] = [None] * len(calls)
-    pending, ask = list(range(len(calls))), {}
+    pending, ask = list(range(len(calls))), dict[int, str]()
     acked: int | None = None
     for attempt in range(ATTEMPTS):
         again: list[int] = []
@@ -110,7 +110,7 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple) -> tuple[list, int
                 *replies, count = _send(server, [calls[i] for i in indexes], asking, wait, server is not client)
             except _NotSent as e:
                 if attempt == ATTEMPTS - 1:
-                    raise e.__cause__ from None
+                    raise e.cause from None
                 refresh = True
                 again += indexes
                 continue
@@ -145,7 +145,11 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple) -> tuple[list, int
 
 
 class _NotSent(Exception):
-    """A connection to a slot owner failed before anything was sent on it (the cause)."""
+    """A connection to a slot owner failed (``cause``) before anything was sent on it."""
+
+    def __init__(self, cause: Exception):
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _owners(client, pending: list[int], calls: Sequence[Call], ask: dict[int, str]):
@@ -174,7 +178,7 @@ def _send(server, calls: list[Call], asking: bool, wait: tuple, routed: bool) ->
             pool = server.connection_pool
             pool.release(pool.get_connection())
         except (RedisConnectionError, RedisTimeoutError) as e:
-            raise _NotSent() from e
+            raise _NotSent(e) from e
     pipe = server.pipeline(transaction=False)
     for script, keys, args in calls:
         if asking:
