@@ -92,12 +92,13 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple) -> tuple[list, int
     calls that ran (None when none ran).
 
     A call is sent again (``ATTEMPTS`` sends in all) only where nothing ran: NOSCRIPT (the script
-    is loaded on that server first: a promoted replica's cache is empty), MOVED (the slot map is
-    refreshed: the slot has a new owner), ASK (sent to the node named, after ASKING: a slot being
-    migrated), or an owner that could not be reached before anything was sent (the slot map is
-    refreshed: after a failover its replica may serve the slot). A connection lost after sending is
-    raised, the slot map refreshed for the next call: the script may have run, and a state-changing
-    script is never sent twice on a guess.
+    is loaded on that server first: a promoted replica's cache is empty), MOVED (the slot map takes
+    the new owner it names), ASK (sent to the node named, after ASKING: a slot being migrated), or
+    an owner that could not be reached before anything was sent (the slot map is refreshed: after a
+    failover its replica may serve the slot). TRYAGAIN (a multi-key script while its slot's keys are
+    being migrated) is raised, as other errors are. A connection lost after sending is raised, the
+    slot map refreshed for the next call: the script may have run, and a state-changing script is
+    never sent twice on a guess.
     """
     out: list[Any] = [None] * len(calls)
     pending, ask = list(range(len(calls))), dict[int, str]()
@@ -124,8 +125,8 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple) -> tuple[list, int
                 ask.pop(i, None)
                 if isinstance(reply, NoScriptError):
                     server.script_load(calls[i][0].script)
-                elif isinstance(reply, MovedError):
-                    refresh = True
+                elif isinstance(reply, MovedError):  # before AskError: redis-py's MovedError is one
+                    client.nodes_manager.move_slot(reply)
                 elif isinstance(reply, AskError):
                     ask[i] = f"{reply.host}:{reply.port}"
                 else:
@@ -174,7 +175,8 @@ def _send(server, calls: list[Call], asking: bool, wait: tuple, routed: bool) ->
     ``asking``) then ``wait``. The replies of the calls and WAIT's, errors in place. ``routed``: a
     slot owner's client, whose connection is taken first (a dead owner refuses it: _NotSent)."""
     if routed:
-        try:  # the pool hands the pipeline this same connection next
+        try:  # the pool hands the pipeline this same connection next (another thread may take it:
+            # then a refusal comes from inside the pipeline and is raised, never resent)
             pool = server.connection_pool
             pool.release(pool.get_connection())
         except (RedisConnectionError, RedisTimeoutError) as e:

@@ -139,3 +139,35 @@ def test_durable_writes_carry_on_through_a_manual_failover_and_a_killed_primary(
     assert engine.complete(lease, {"ok": True}) == State.SUCCESS
     assert status_on_replica(setup, engine, task.id) == b"SUCCESS"
     assert engine.check() == []
+
+
+def test_a_write_after_its_queues_slot_moved_to_another_shard_follows_moved_and_waits_there(private_cluster):
+    """Resharding moves the queue's slot and keys to another primary; the engine's slot map still
+    names the old one, which answers MOVED: the script runs once, on the new owner, and WAIT goes on
+    that connection (the new owner's replica has the write)."""
+    setup = OnCluster.make(private_cluster)
+    engine = durable(setup.client())
+    q = QUEUES[0]
+    key = engine.keys.queue_key(q, "index")
+    task = engine.submit(f"job-{q}", {}, owner="alice")
+    lease = engine.claim(task.id, "w1")
+    source = setup.primary_for(key)
+    target = next(n for n in private_cluster.master_nodes() if n.port != source.port)
+    slot, src = engine.redis.keyslot(key), source.client()
+    ids = {n.port: n.client().execute_command("CLUSTER MYID").decode() for n in (source, target)}
+    target.client().execute_command("CLUSTER SETSLOT", slot, "IMPORTING", ids[source.port])
+    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", ids[target.port])
+    keys = src.execute_command("CLUSTER GETKEYSINSLOT", slot, 1000)
+    src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+    for node in (target, source):  # as redis-cli --cluster reshard ends a slot's move
+        node.client().execute_command("CLUSTER SETSLOT", slot, "NODE", ids[target.port])
+    wait_until(lambda: setup.primary_for(key).port == target.port, what="the slot moved")
+    private_cluster.wait_replicas_synced()
+    before = wait_calls(target.client())
+
+    engine.progress(lease, 0.5, "half")  # the first call since: sent to the source, MOVED
+    assert wait_calls(target.client()) - before == 1
+    assert setup.replica_reader(key).hget(engine.keys.task(task.id).task, "progress") == b"0.5"
+    assert engine.complete(lease, {"ok": True}) == State.SUCCESS
+    assert status_on_replica(setup, engine, task.id) == b"SUCCESS"
+    assert len(engine.history(task.id)) == 3  # submitted, claimed, completed: each once
