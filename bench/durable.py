@@ -5,8 +5,9 @@ ghostless recommends) and its replica (``replicaof``). Two engines on the same p
 ``wait_replicas=0`` (the default: no WAIT), one with ``wait_replicas=1`` (each write: one pipeline
 [EVALSHA, WAIT 1] on one connection). Phases interleaved for ROUNDS rounds, medians reported:
   lifecycle-w0 / lifecycle-w1   Engine.submit + claim + heartbeat + complete, one call after another
-Then the same on a private Redis Cluster (3 masters + 3 replicas, no AOF: tests/support/cluster.py;
-its queue on one shard, each write [EVALSHA, WAIT 1] on one connection to that shard's primary).
+Then the same on a private Redis Cluster (3 masters + 3 replicas: tests/support/cluster.py; AOF
+everysec set on the masters): the queue on one shard, each write [EVALSHA, WAIT 1] on one
+connection to that shard's primary.
 Per lifecycle: wall time (latency), client CPU, primary's redis-server CPU. The replica shares the
 machine's 2 cores, so its apply work lands in the wall time of w1 as it would on one host; across
 hosts the network round trip to the replica adds to it.
@@ -42,6 +43,7 @@ from bench._common import (
 from ghostless import Config
 from tests.support.cluster import Cluster, redis_cli_path
 from tests.support.replicas import PRIMARY_ARGS, attach
+from tests.support.wait import wait_until
 
 ROUNDS, N = 7, 300
 TYPE = "bench_job"
@@ -81,6 +83,11 @@ def measure(node, engine: Engine, n: int) -> dict:
         "client_us": t.cpu / n * 1e6,
         "server_cpu_us": (server_cpu(node) - cpu0) / n * 1e6,
     }
+
+
+def aof_busy(node) -> bool:
+    info = node.info("persistence")
+    return bool(int(info["aof_rewrite_in_progress"]) or int(info["aof_rewrite_scheduled"]))
 
 
 def wait_calls(node) -> int:
@@ -129,6 +136,11 @@ def main() -> int:
     else:
         cluster = Cluster().start()
         try:
+            for master in cluster.master_nodes():  # the persistence of the one-Redis primary
+                master.client().config_set("appendonly", "yes")
+                master.client().config_set("appendfsync", "everysec")
+            for master in cluster.master_nodes():
+                wait_until(lambda m=master: not aof_busy(m.client()), timeout=30, what="AOF rewrite done")
             client = cluster.client()
             node = cluster.node_for_key(engine_on(client, 0).keys.queue_key("durable", "index")).client()
             print(f"\ncluster: 3 masters + 3 replicas on loopback ({persistence(node)}); the queue's shard")
