@@ -6,9 +6,12 @@ node's empty script cache). The contract tests shared with one Redis are in test
 from __future__ import annotations
 
 import pytest
+import redis
 
 from ghostless import Config, Engine, ReplicationTimeout, State
 from ghostless.core.errors import Code
+from tests.conftest import need_redis_cli
+from tests.support.cluster import Cluster
 from tests.support.replicas import OnCluster, stopped, wait_calls
 from tests.support.wait import wait_for_server_time, wait_until
 
@@ -171,3 +174,26 @@ def test_a_write_after_its_queues_slot_moved_to_another_shard_follows_moved_and_
     assert engine.complete(lease, {"ok": True}) == State.SUCCESS
     assert status_on_replica(setup, engine, task.id) == b"SUCCESS"
     assert len(engine.history(task.id)) == 3  # submitted, claimed, completed: each once
+
+
+def test_a_write_whose_connection_is_lost_after_sending_raises_and_is_not_sent_again():
+    """The primary stops answering once the claim is sent (SIGSTOP): the call raises the client's
+    TimeoutError instead of sending the claim again; when the primary resumes, the claim it had
+    received runs, once. (A cluster of its own: a node timeout long enough that the pause is no
+    failover.)"""
+    need_redis_cli()
+    cluster = Cluster(node_timeout_ms=5000).start()
+    try:
+        setup = OnCluster.make(cluster)
+        engine = durable(cluster.client(socket_timeout=0.5), timeout=TIMEOUT)
+        q = QUEUES[0]
+        task = engine.submit(f"job-{q}", {}, owner="alice")
+        primary = setup.primary_for(engine.keys.queue_key(q, "index"))
+        with stopped(primary), pytest.raises(redis.TimeoutError):
+            engine.claim(task.id, "w1")
+        cluster.wait_ok()
+        claimed = wait_until(lambda: engine.get(task.id).status == State.PROCESSING, what="the claim ran")
+        assert claimed and engine.get(task.id).attempt == 1
+        assert [e.to for e in engine.history(task.id)].count("PROCESSING") == 1
+    finally:
+        cluster.close()
