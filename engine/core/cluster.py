@@ -8,13 +8,14 @@ has an empty script cache), which loads it there.
 
 A write that waits for replicas (``Config.wait_replicas``) needs its WAIT on the connection that
 ran the script, which the cluster client cannot give (it sends a keyless WAIT to any node):
-``run_then_wait`` sends the scripts and WAIT itself, on one connection to each slot owner.
+``run_then_wait`` routes the scripts and their WAIT itself, in one pipeline on one connection to
+each slot owner (scripts.py, the one place that runs Lua, sends the pipeline: ``Lua``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
@@ -32,15 +33,26 @@ Call = tuple[Script, Sequence, Sequence]
 ATTEMPTS = 3
 
 
+class Lua(Protocol):
+    """How ``run_then_wait`` runs Lua on one server (scripts.py gives it: the one place that does)."""
+
+    def send(self, server, calls: list[Call], asking: bool, wait: tuple) -> list:
+        """One pipeline on ``server`` (one connection, in order, no MULTI): each call (after
+        ASKING when ``asking``) then ``wait``; the calls' replies then WAIT's, errors in place."""
+
+    def load(self, server, script: Script) -> None:
+        """Load ``script`` into ``server``'s script cache."""
+
+
 def is_cluster(client: object) -> bool:
     """Whether ``client`` is a Redis Cluster client (keys spread over shards by slot)."""
     return isinstance(client, RedisCluster)
 
 
-def batch(client, scripts: Iterable[Script]):
+def batch(client, scripts: Iterable[Script], lua: Lua):
     """A pipeline for script calls (``script(keys, args, client=batch)``) and ``execute()``:
     redis-py's own on one Redis, a ScriptBatch on a cluster."""
-    return ScriptBatch(client, scripts) if is_cluster(client) else client.pipeline(transaction=False)
+    return ScriptBatch(client, scripts, lua) if is_cluster(client) else client.pipeline(transaction=False)
 
 
 class ScriptBatch:
@@ -48,8 +60,8 @@ class ScriptBatch:
     ``execute`` runs them all and returns their replies in order (the first error raised after
     every call ran, as a pipeline does)."""
 
-    def __init__(self, client: RedisCluster, scripts: Iterable[Script]):
-        self._client = client
+    def __init__(self, client: RedisCluster, scripts: Iterable[Script], lua: Lua):
+        self._client, self._lua = client, lua
         self._scripts = {s.sha: s for s in scripts}
         self._calls: list[Call] = []
 
@@ -73,7 +85,7 @@ class ScriptBatch:
         """``execute``, each shard's calls followed by ``wait`` on their connection: (replies, the
         fewest replicas a shard's WAIT counted; None when nothing ran)."""
         calls, self._calls = self._calls, []
-        replies, acked = run_then_wait(self._client, calls, wait)
+        replies, acked = run_then_wait(self._client, calls, wait, self._lua)
         return _raising_first(replies), acked
 
 
@@ -84,7 +96,7 @@ def _raising_first(replies: list) -> list:
     return replies
 
 
-def run_then_wait(client, calls: Sequence[Call], wait: tuple) -> tuple[list, int | None]:
+def run_then_wait(client, calls: Sequence[Call], wait: tuple, lua: Lua) -> tuple[list, int | None]:
     """Run ``calls`` then ``wait`` (the WAIT command) on one connection per server: the client's
     on one Redis; on a cluster a connection to the primary that owns each call's slot, the calls
     of one owner in one pipeline ended by its WAIT (WAIT counts the writes of its own connection).
@@ -108,7 +120,9 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple) -> tuple[list, int
         refresh = False
         for server, asking, indexes in _owners(client, pending, calls, ask):
             try:
-                *replies, count = _send(server, [calls[i] for i in indexes], asking, wait, server is not client)
+                if server is not client:
+                    _reachable(server)
+                *replies, count = lua.send(server, [calls[i] for i in indexes], asking, wait)
             except _NotSent as e:
                 if attempt == ATTEMPTS - 1:
                     raise e.cause from None
@@ -124,7 +138,7 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple) -> tuple[list, int
                 out[i] = reply
                 ask.pop(i, None)
                 if isinstance(reply, NoScriptError):
-                    server.script_load(calls[i][0].script)
+                    lua.load(server, calls[i][0])
                 elif isinstance(reply, MovedError):  # before AskError: redis-py's MovedError is one
                     client.nodes_manager.move_slot(reply)
                 elif isinstance(reply, AskError):
@@ -170,22 +184,12 @@ def _owners(client, pending: list[int], calls: Sequence[Call], ask: dict[int, st
         yield client.get_redis_connection(node), asking, indexes
 
 
-def _send(server, calls: list[Call], asking: bool, wait: tuple, routed: bool) -> list:
-    """One pipeline on ``server`` (one connection, in order, no MULTI): each call (after ASKING when
-    ``asking``) then ``wait``. The replies of the calls and WAIT's, errors in place. ``routed``: a
-    slot owner's client, whose connection is taken first (a dead owner refuses it: _NotSent)."""
-    if routed:
-        try:  # the pool hands the pipeline this same connection next (another thread may take it:
-            # then a refusal comes from inside the pipeline and is raised, never resent)
-            pool = server.connection_pool
-            pool.release(pool.get_connection())
-        except (RedisConnectionError, RedisTimeoutError) as e:
-            raise _NotSent(e) from e
-    pipe = server.pipeline(transaction=False)
-    for script, keys, args in calls:
-        if asking:
-            pipe.execute_command("ASKING")
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-    pipe.execute_command(*wait)
-    replies = pipe.execute(raise_on_error=False)
-    return replies[1::2] + replies[-1:] if asking else replies
+def _reachable(server) -> None:
+    """Take the connection a pipeline on a slot owner's client takes next: a dead owner refuses it
+    before anything is sent (_NotSent)."""
+    try:  # the pool hands the pipeline this same connection next (another thread may take it:
+        # then a refusal comes from inside the pipeline and is raised, never resent)
+        pool = server.connection_pool
+        pool.release(pool.get_connection())
+    except (RedisConnectionError, RedisTimeoutError) as e:
+        raise _NotSent(e) from e
