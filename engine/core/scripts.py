@@ -10,9 +10,7 @@ import random
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from redis.exceptions import NoScriptError
-
-from .cluster import batch
+from .cluster import Call, batch, run_then_wait
 from .config import Config
 from .errors import (
     Code,
@@ -118,7 +116,7 @@ class Scripts:
 
     def pipeline(self):
         """A pipeline for ``client=`` calls (on a cluster a ScriptBatch: a round trip per shard)."""
-        return batch(self.redis, self._scripts.values())
+        return batch(self.redis, self._scripts.values(), _LUA)
 
     def replies(self, pipe) -> list[list]:
         """Run a pipeline of ``client=pipe`` calls: their parsed replies, in order (then one WAIT)."""
@@ -342,20 +340,32 @@ class Scripts:
         return out
 
 
-def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
-    """EVALSHA ``script`` then the ``wait`` command in one pipeline, so on one connection (WAIT
-    counts the writes of its own connection): (raw reply, replicas that acknowledged). On NOSCRIPT
-    the script did not run: loaded, sent again. Raises the script's error as a plain call would."""
-    for first in (True, False):
-        pipe = client.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *argv)
+def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int | None]:
+    """EVALSHA ``script`` then the ``wait`` command on one connection (WAIT counts the writes of
+    its own connection; on a cluster, one to the primary that owns the keys' slot): (raw reply,
+    replicas that acknowledged). NOSCRIPT, MOVED and ASK are handled in cluster.run_then_wait.
+    Raises the script's error as a plain call would."""
+    (reply,), acked = run_then_wait(client, [(script, keys, argv)], wait, _LUA)
+    if isinstance(reply, Exception):
+        raise reply
+    return reply, acked
+
+
+class _Lua:
+    """The raw Lua calls of cluster.run_then_wait (cluster.Lua), made here."""
+
+    def send(self, server, calls: list[Call], asking: bool, wait: tuple) -> list:
+        pipe = server.pipeline(transaction=False)
+        for script, keys, args in calls:
+            if asking:
+                pipe.execute_command("ASKING")
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
         pipe.execute_command(*wait)
-        reply, acked = pipe.execute(raise_on_error=False)
-        if first and isinstance(reply, NoScriptError):
-            client.script_load(script.script)
-            continue
-        for item in (reply, acked):
-            if isinstance(item, Exception):
-                raise item
-        break
-    return reply, int(acked)
+        replies = pipe.execute(raise_on_error=False)
+        return replies[1::2] + replies[-1:] if asking else replies
+
+    def load(self, server, script) -> None:
+        server.script_load(script.script)
+
+
+_LUA = _Lua()
