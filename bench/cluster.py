@@ -36,6 +36,7 @@ import itertools
 import json
 import logging
 import multiprocessing as mp
+import os
 import sys
 import time
 import uuid
@@ -64,7 +65,7 @@ from tests.support.cluster import Cluster, redis_cli_path
 from tests.support.replicas import PRIMARY_ARGS, attach
 
 SIZES = {
-    "full": {"rounds": 10, "seconds": 2.0, "procs": 4, "kills": 5, "before_kill": 1.0, "calls": 10000, "smoke": False},
+    "full": {"rounds": 30, "seconds": 0.5, "procs": 4, "kills": 5, "before_kill": 1.0, "calls": 10000, "smoke": False},
     "smoke": {"rounds": 1, "seconds": 0.3, "procs": 2, "kills": 1, "before_kill": 0.2, "calls": 500, "smoke": True},
 }
 NODE_TIMEOUT_MS = 500
@@ -99,7 +100,8 @@ class Load:
         self.engine, self.queues, self.worker, self.last_done = engine, queues, worker, last_done
         self.parked: list[dict | None] = [None] * len(queues)
         self.submitted: list[str] = []  # acknowledged submits
-        self.done: list[tuple[int, float, float]] = []  # (queue index, monotonic times the complete was sent, answered)
+        # (queue index, monotonic times the complete was sent and answered)
+        self.done: list[tuple[int, float, float]] = []
         self.latencies: list[float] = []
         self.errors: collections.Counter = collections.Counter()  # failed calls (retried)
         self.refused: collections.Counter = collections.Counter()  # refusals (the lifecycle is given up)
@@ -124,10 +126,8 @@ class Load:
         except GhostlessError as exc:  # refused: the failover took an acknowledged write back
             self.refused[f"{job['stage']}: {type(exc).__name__}"] += 1
             return False
-        except (
-            redis.RedisError,
-            RedisClusterException,
-        ) as exc:  # Redis unreachable or failing over: resent at the queue's next turn
+        # Redis unreachable or failing over: resent at the queue's next turn
+        except (redis.RedisError, RedisClusterException) as exc:
             self.errors[type(exc).__name__] += 1
             self.parked[qi] = job
             return False
@@ -255,10 +255,12 @@ def pct(values: list[float], p: float) -> float:
 # -- 1. steady state ------------------------------------------------------------------------------
 def steady(clients: Clients, servers: dict, size: dict) -> dict:
     """``servers``: per target, (its primaries' clients, its replicas' clients)."""
-    targets = list(servers)
-    runs: dict[str, list[dict]] = {t: [] for t in targets}
+    runs: dict[str, list[dict]] = {t: [] for t in servers}
+    # cluster and standalone always one after the other (their ratio is taken per round), in turn first
+    orders = [("cluster", "standalone", "replicated"), ("standalone", "cluster", "replicated")]
+    orders += [tuple(reversed(o)) for o in orders]
     for i in range(size["rounds"]):
-        for target in targets[i % len(targets) :] + targets[: i % len(targets)]:
+        for target in orders[i % len(orders)]:
             primaries, replicas = servers[target]
             before: list = []
             clients.start(
@@ -278,14 +280,15 @@ def steady(clients: Clients, servers: dict, size: dict) -> dict:
                     "latencies": [x for o in outs for x in o["latencies"]],
                 }
             )
-        c = runs["cluster"][-1]
-        print(
-            f"round {i + 1}: "
-            + ", ".join(f"{t} {runs[t][-1]['rate']:,.0f}/s" for t in targets)
-            + f"; cluster/standalone {c['rate'] / runs['standalone'][-1]['rate']:.2f}; commands per master "
-            + ", ".join(f"{x:,}" for x in c["commands"]),
-            flush=True,
-        )
+        if i < 3 or i == size["rounds"] - 1:
+            c = runs["cluster"][-1]
+            print(
+                f"round {i + 1}{' (the last)' if i > 2 else ''}: "
+                + ", ".join(f"{t} {r[-1]['rate']:,.0f}/s" for t, r in runs.items())
+                + f"; cluster/standalone {c['rate'] / runs['standalone'][-1]['rate']:.2f}; commands per master "
+                + ", ".join(f"{x:,}" for x in c["commands"]),
+                flush=True,
+            )
     return runs
 
 
@@ -298,7 +301,8 @@ def report_steady(runs: dict, size: dict, per_call: dict) -> list[bool]:
         for t, rs in runs.items()
     }
     print(
-        f"\nsteady state: {size['procs']} client processes, medians over {size['rounds']} rounds of {size['seconds']} s"
+        f"\nsteady state: {size['procs']} client processes, medians over {size['rounds']} rounds of "
+        f"{size['seconds']} s per server; load average {os.getloadavg()[0]:.1f} at the end"
     )
     print(
         "| | lifecycles/s | latency p50 / p99 ms | Redis CPU us/lifecycle | commands/lifecycle "
@@ -318,17 +322,18 @@ def report_steady(runs: dict, size: dict, per_call: dict) -> list[bool]:
     total = {t: m["server_us"] + m["replica_us"] + m["client_us"] for t, m in med.items()}
     redis_cpu = "Redis CPU: summed over the primaries (the cluster's 3 masters), replicas apart."
     print(
-        f"\n- rate cluster/standalone: median {ratio:.2f} (rounds: {', '.join(f'{r:.2f}' for r in ratios)}) "
+        f"\n- rate cluster/standalone: median {ratio:.2f} over {len(ratios)} rounds (p10 {pct(ratios, 10):.2f}, "
+        f"p90 {pct(ratios, 90):.2f}) "
         f"[target >= {RATIO_TARGET}] {verdict(ratio >= RATIO_TARGET)}; cluster/replicated {vs_replicated:.2f} "
         "(diagnostic: the same replication on both sides)\n"
-        f"- commands per master, max/mean: median {share:.2f} (rounds: {', '.join(f'{s:.2f}' for s in shares)}) "
+        f"- commands per master, max/mean: median {share:.2f} (highest round {max(shares):.2f}) "
         f"[target <= {SHARE_TARGET}] {verdict(share <= SHARE_TARGET)}\n"
         "- what the ratio means here: this machine has 2 cores for the 3 masters, their 3 replicas and the "
         "client processes, all busy at once. A cluster brings no CPU here, only more processes, replication "
         "and the cluster client's slot routing, so it cannot be faster than one redis-server (but by "
         "noise): the ratio is the cluster's cost per lifecycle at equal CPU, not its scale-out. All CPU "
-        "per lifecycle (client + "
-        f"Redis, replicas included): cluster {total['cluster']:.0f} us, standalone {total['standalone']:.0f} us; "
+        f"per lifecycle (client + Redis, replicas included): cluster {total['cluster']:.0f} us, "
+        f"standalone {total['standalone']:.0f} us; "
         f"on shared cores that alone predicts a ratio of {total['standalone'] / total['cluster']:.2f}. Client "
         f"CPU per call (one process, GET of one key): redis.Redis {per_call['standalone']:.0f} us, "
         f"RedisCluster {per_call['cluster']:.0f} us. With a core per shard and clients on their own hosts, "
@@ -397,7 +402,7 @@ def failover(clients: Clients, cluster: Cluster, queues: list[str], size: dict, 
             f"kill {k + 1} (wait_replicas={wait}): master :{port} ({', '.join(run['queues'])}) -> completing "
             f"again after {run['recovery'] * 1e3:,.0f} ms (slots served again after {run['promoted'] * 1e3:,.0f} "
             f"ms); lost {run['lost']}, taken back {run['taken_back']}, twice {run['twice']}, "
-            f"failed calls {run['errors']}, refused {dict(run['refused']) or 0}",
+            f"failed calls {run['errors']}, refused {dict(run['refused']) or 0}, unfinished {run['unfinished']}",
             flush=True,
         )
     return runs
