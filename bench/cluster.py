@@ -25,7 +25,8 @@ on every server.
 Targets: rate cluster/standalone >= 0.9; commands per master max/mean <= 1.5; never a task
 completed twice; with wait_replicas=1 no acknowledged write lost or taken back.
 
-Run: .venv/bin/python bench/cluster.py  (about 2 minutes); --smoke: a tiny size for the tests.
+Run: .venv/bin/python bench/cluster.py  (about 2 minutes, 3 once wait_replicas=1 works on a cluster);
+--smoke: a tiny size for tests/test_bench_smoke.py.
 """
 
 from __future__ import annotations
