@@ -6,7 +6,7 @@ A behaviour change can break a benchmark's set-up (a claim refused where it used
 
 import pytest
 
-from tests.conftest import need_redis_server
+from tests.conftest import need_redis_cli, need_redis_server
 
 pytestmark = pytest.mark.slow
 
@@ -63,3 +63,16 @@ def test_the_watchers_benchmark_runs(capsys):
     assert n == 20 and opened > 0, row  # the default server serves some pages, whatever its caps
     assert 0 < delivered <= expected, row  # progress events reached the open pages, each at most once
     assert "errors by kind:" in out
+
+
+def test_the_cluster_benchmark_runs(capsys):
+    need_redis_cli()
+    from bench import cluster
+
+    assert cluster.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "| cluster |" in out and "| standalone |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| wait_replicas=0 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "1"  # the one kill of the smoke size, measured
+    assert cells[-1] == "0"  # no task completed twice across the failover
