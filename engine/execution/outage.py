@@ -21,8 +21,8 @@ import time
 from rq import Queue
 from rq.exceptions import StopRequested
 
+from ghostless.core.clients import short_client
 from ghostless.core.errors import REDIS_FAULTS
-from ghostless.core.lease_calls import short_client
 from ghostless.execution import runtime
 
 log = logging.getLogger("ghostless.worker")
