@@ -36,7 +36,7 @@ def follow_streams(client, streams: dict[str, str], count: int, block_ms: int) -
     ``(key, [(id, fields), ...])``, at most ``count`` per stream, waiting up to ``block_ms`` for one.
 
     On one Redis, or when every stream is in one slot: one ``XREAD BLOCK``. A Redis Cluster refuses
-    one XREAD over keys of several slots (each queue has its own), so there: one non-blocking XREAD
+    one XREAD over keys of several slots (each queue has its own), so there: one non-blocking read
     per stream in one pipeline (one round trip per node), and a pause of ``POLL_MS`` when none had an
     entry; an entry then comes up to ~50 ms later than one XREAD BLOCK would bring it. A failed
     read's error (a shard failing over) is raised after the entries of the reads that answered.
@@ -47,13 +47,15 @@ def follow_streams(client, streams: dict[str, str], count: int, block_ms: int) -
         return
     pipe = client.pipeline()
     for key, position in streams.items():
-        pipe.xread({key: position}, count=count)
+        # XRANGE after the position is a non-blocking XREAD whose key redis-py finds by itself
+        # (for an XREAD it asks a node, COMMAND GETKEYS: one more round trip per stream)
+        pipe.xrange(key, "(" + position, "+", count=count)
     replies = pipe.execute(raise_on_error=False)
     found = False
-    for reply in replies:
-        for key, rows in [] if isinstance(reply, Exception) else reply or []:
-            found = found or bool(rows)
-            yield text(key), rows
+    for key, rows in zip(streams, replies):
+        if rows and not isinstance(rows, Exception):
+            found = True
+            yield key, rows
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
