@@ -186,3 +186,34 @@ def test_on_a_cluster_rq_gets_a_cluster_client_of_its_own_that_never_resends(clu
     assert inner is not client and inner.retry.get_retries() == 0 and rq.ping()
     probe = client_like(rq, socket_timeout=1.0)  # the worker's probe, made from RQ's connection
     assert {p.connection_kwargs["socket_timeout"] for p in node_pools(probe)} == {1.0}
+
+
+def test_a_worker_rides_out_a_cluster_it_cannot_yet_copy_a_probe_client_from(monkeypatch):
+    # On a cluster, a copy asks a node for the slot map: while the cluster is down, making the
+    # worker's probe fails like a call, and is tried again (it used to end the worker).
+    from ghostless.execution import outage
+
+    class Base:
+        name, _stop_requested = "w1", False
+
+        def heartbeat(self, timeout=None, pipeline=None):
+            pass
+
+    class Worker(outage.RidesOutRedis, Base):
+        connection = object()
+
+        def _register_again(self):
+            pass
+
+    made = []
+
+    def short_client(client, timeout):
+        made.append(client)
+        if len(made) == 1:
+            raise redis.ConnectionError("cannot reach the Redis Cluster")
+        return fakeredis.FakeRedis()
+
+    monkeypatch.setattr(outage, "short_client", short_client)
+    worker = Worker()
+    worker._wait_for_redis()
+    assert len(made) == 2 and worker._probe is not None
