@@ -12,11 +12,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from ghostless.core import breakers as breakers_mod
 
+from .clients import heartbeat_client
 from .config import ms
 from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisFull, TaskNotFound
 from .keys import parse_task_id
@@ -34,40 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ghostless")
 MAX_UNREPORTED = 10_000  # lost-job reports a process keeps while Redis refuses them
-
-
-def client_like(client, **overrides):
-    """A client of its own (own pool) on the same server and settings as ``client``, with
-    ``overrides`` of its connection settings; ``client`` itself where its pool is not a plain
-    one (cluster, sentinel: share it)."""
-    pool = getattr(client, "connection_pool", None)
-    if type(pool) is not redis.ConnectionPool:
-        return client
-    return type(client)(
-        connection_pool=redis.ConnectionPool(
-            connection_class=pool.connection_class,
-            max_connections=pool.max_connections,
-            **{**pool.connection_kwargs, **overrides},
-        )
-    )
-
-
-def no_resends() -> dict:
-    """Connection settings under which redis-py sends a command once (no retry on any error)."""
-    return {"retry": Retry(NoBackoff(), 0), "retry_on_error": [], "retry_on_timeout": False}
-
-
-def short_client(client, timeout: float):
-    """``client_like`` with socket timeouts of ``timeout`` seconds and no resends: a call to a Redis
-    that hangs or is cut off fails within ``timeout``."""
-    return client_like(client, socket_timeout=timeout, socket_connect_timeout=timeout, **no_resends())
-
-
-def heartbeat_client(client, lease: float):
-    """The client heartbeats of a ``lease``-second lease go on: a heartbeat fails within a third
-    of the lease instead of after the engine client's timeout and resends (~10 s, whatever the
-    lease), so the holder learns within the lease that it can no longer renew it."""
-    return short_client(client, max(lease / 3, 0.01))
 
 
 class LeaseCalls:

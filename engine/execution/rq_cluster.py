@@ -59,7 +59,7 @@ class RQClusterConnection:
     """
 
     def __init__(self, client: RedisCluster, wake_channel: str | None = None):
-        self._client = client
+        self._client = self.__wrapped__ = client  # what ghostless.core.clients.client_like copies
         self.wake_channel = wake_channel
         self._waker = None
 

@@ -26,9 +26,9 @@ from rq import SimpleWorker, Worker
 from rq.serializers import JSONSerializer, resolve_serializer
 from rq.utils import now
 
+from ghostless.core.clients import client_like, no_resends
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
 from ghostless.core.keys import rq_dispatch_id, rq_wake_channel
-from ghostless.core.lease_calls import client_like, no_resends
 from ghostless.core.text import text_or_none
 from ghostless.execution import (
     runner,  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
