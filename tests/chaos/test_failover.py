@@ -35,7 +35,7 @@ from tests.conftest import need_redis_cli, need_redis_server
 
 def _short(**kw) -> SoakConfig:
     """A run of ~10 s of submissions with one failover once a third of the tasks ended."""
-    settings = dict(tasks=150, restart_at=0.3, snatch_at=(0.3,), sweeper_kill_at=(0.5,), drain_timeout=45.0)
+    settings = dict(tasks=150, restart_at=0.3, snatch_at=(0.3,), sweeper_kill_at=(0.5,), drain_timeout=60.0)
     return SoakConfig(verbose=False, **{**settings, **kw})
 
 
