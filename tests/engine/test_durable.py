@@ -156,3 +156,30 @@ def test_a_flushed_script_cache_is_reloaded_and_the_write_still_waits(setup):
     task = engine.submit("render", {"prompt": "p"}, owner="alice")
     assert setup.replica_reader(key).hget(engine.keys.task(task.id).task, "status") == b"PENDING"
     assert engine.get(task.id).attempt == 0 and len(engine.history(task.id)) == 1  # ran once
+
+
+def acked_all(primary) -> None:
+    """Until the primary's replica has acknowledged every write made so far (it acks each second)."""
+    offset = primary.info("replication")["master_repl_offset"]
+    wait_until(lambda: primary.info("replication")["slave0"]["offset"] >= offset, what="the replica's ack")
+
+
+def test_a_replayed_submit_waits_for_the_write_it_replays(breakable):
+    """A resent submit (its idempotency key: the first try raised ReplicationTimeout) writes nothing
+    new, from another connection whose own last write the replica has. WAIT counts what its own
+    connection wrote; the replay must still not be acknowledged while the replica lacks the task
+    (Redis 7 counts the script call itself: EVALSHA moves the connection's offset to the current one)."""
+    engine, other = durable(breakable, timeout=TIMEOUT), durable(breakable, timeout=TIMEOUT)
+    other.submit("render", {"prompt": "before"}, owner="bob")  # another process, whose last write ...
+    key = engine.keys.queue_key("default", "index")
+    acked_all(breakable.primary_for(key).client())  # ... the replica has acknowledged
+    with stopped(breakable.replica_for(key)):
+        with pytest.raises(ReplicationTimeout):
+            engine.submit("render", {"prompt": "p"}, owner="alice", idempotency_key="k1")
+        with pytest.raises(ReplicationTimeout) as err:  # resent by another process (or thread)
+            other.submit("render", {"prompt": "p"}, owner="alice", idempotency_key="k1")
+        assert err.value.acked == 0
+    replayed = durable(breakable).submit("render", {"prompt": "p"}, owner="alice", idempotency_key="k1")
+    assert replayed.replayed
+    rr = breakable.replica_reader(key)
+    assert rr.hget(engine.keys.task(replayed.id).task, "status") == b"PENDING"  # on the replica now
