@@ -48,7 +48,7 @@ local L, P = KEYS[T + (cfg and 2 or 1)], KEYS[T + (cfg and 3 or 2)]
 -- The limit first: it writes nothing but its pruning, while a half-open breaker's gate picks
 -- this task as its probe.
 if limit then
-  local until_ms = limit_gate(L, P, now, limit)
+  local until_ms = limit_gate(L, P, t.id, now, limit)
   if until_ms then return {C.RATE_LIMITED, until_ms - now} end
 end
 if cfg then

@@ -29,7 +29,7 @@ if ARGV[6] == '1' and not limit then
 else
   local at = now + tonumber(ARGV[5])
   if limit then
-    at = limit_gate(KEYS[T + 1], KEYS[T + 2], now, limit) or now  -- a slot freed since the claim: now
+    at = limit_gate(KEYS[T + 1], KEYS[T + 2], t.id, now, limit) or now  -- a slot freed since the claim: now
     redis.call('HINCRBY', K.stats, 'rate_parked:' .. limit.name, 1)
     limit_park(KEYS[T + 2], t.id, at, now, limit)
   end

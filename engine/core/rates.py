@@ -2,9 +2,15 @@
 
 At most ``limit`` attempts of the upstream's types start in any ``period`` seconds, across every
 worker: the claim script decides on Redis time (lua/lib/limit.lua) with a sliding log of the
-upstream's start times. A claim over the limit changes nothing and answers when the next start
-slot frees; the worker parks the task until then (the breaker's park: RETRY_WAITING, no attempt
-consumed) and the sweeper hands it back at that moment.
+upstream's start times. A claim over the limit changes nothing; the worker parks the task (the
+breaker's park: RETRY_WAITING, no attempt consumed) until its own start slot opens, in line behind
+the tasks parked before it, and the sweeper hands it back at that moment.
+
+Why a sliding log: a fixed window lets 2x the limit through across a window edge, and a token
+bucket of ``limit`` tokens refilled over ``period`` lets up to 2x - 1 start in some window (a full
+bucket spent at once, then the refill). The log holds one entry per start of the last period, so
+"never more than ``limit`` in any window" is exact, and when a slot opens is known to the ms (when
+a start leaves the window). Its cost is that entry: ~100 bytes a start, hence ``MAX_LIMIT``.
 """
 
 from __future__ import annotations

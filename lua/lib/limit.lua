@@ -10,20 +10,34 @@ local function limit_cfg(s)
   return {limit = tonumber(n), period_ms = tonumber(period), name = name}
 end
 
--- Before a claim: nil when an attempt may start now, else the time (ms) to park the task until.
--- A sliding log, exact: a start is allowed while fewer than `limit` starts are in (now - period,
--- now]. A refused task parks until as many slots have freed as tasks are parked ahead of it (a
--- slot frees when a start leaves the window; after `limit` of them, the parked ones' own starts
--- leave it a period later), so n parked tasks come back one slot each rather than all at the
--- first. The claim then decides again: the schedule spreads, the log enforces.
-local function limit_gate(L, P, now, cfg)
+-- A parked task keeps its place in line this long after its park ended (ms), while it is
+-- promoted, dispatched and claimed; one that comes later loses it (goes to the back), and one that
+-- never comes (cancelled while parked) holds a slot no longer than this.
+local HOLD_MS = 5000
+
+-- Before a claim, and at a park: nil when task `id` may start now, else the time (ms) its start
+-- slot opens. A sliding log, exact: a start is allowed only while fewer than `limit` starts are in
+-- (now - period, now]. Tasks parked by the limit wait in line (P, by when their slot opens), and
+-- a claim does not take a free slot that a task ahead of it in line holds: a new task goes behind
+-- every parked one, so a parked task is not starved by new ones, and n parked tasks come back one
+-- slot each rather than all at the first. Slots open as starts leave the window; after `limit`
+-- of them, as the starts made in those slots leave it, a period later.
+local function limit_gate(L, P, id, now, cfg)
   redis.call('ZREMRANGEBYSCORE', L, '-inf', now - cfg.period_ms)  -- starts out of the window
   local used = redis.call('ZCARD', L)
-  if used < cfg.limit then return nil end
-  local ahead = redis.call('ZCOUNT', P, '(' .. now, '+inf')
-  local i = used - cfg.limit + ahead % cfg.limit  -- 0-based, in start order
-  local start = tonumber(redis.call('ZRANGE', L, i, i, 'WITHSCORES')[2])
-  return start + cfg.period_ms * (1 + math.floor(ahead / cfg.limit))
+  local since = '(' .. (now - HOLD_MS)  -- the line: parks ended since
+  local mine = tonumber(redis.call('ZSCORE', P, id))
+  if mine and mine <= now - HOLD_MS then mine = nil end
+  local ahead = redis.call('ZCOUNT', P, since, mine and '(' .. mine or '+inf')
+  local free = cfg.limit - used
+  if ahead < free then return nil end
+  local m = ahead % cfg.limit  -- its slot is the `ahead`-th to open (0-based)
+  local base = now - cfg.period_ms  -- a slot free now opens again a period after it is taken
+  if m >= free then
+    local i = used - cfg.limit + m  -- the start whose leaving opens it (0-based, in start order)
+    base = tonumber(redis.call('ZRANGE', L, i, i, 'WITHSCORES')[2])
+  end
+  return base + cfg.period_ms * (1 + math.floor(ahead / cfg.limit))
 end
 
 -- A claim took a start: counted in the log (which lapses a period after its newest start);
@@ -34,11 +48,12 @@ local function limit_take(L, P, t, token, now, cfg)
   redis.call('ZREM', P, t.id)
 end
 
--- A task parked by the limit until `at`. Entries a period past their end are dropped (tasks
--- cancelled or edited while parked); the set lapses a period after its last park ends.
+-- A task parked by the limit until `at`, in line. Entries out of the line are dropped (tasks that
+-- came too late, or were cancelled or edited while parked); the set lapses once its last park
+-- is out of the line.
 local function limit_park(P, id, at, now, cfg)
-  redis.call('ZREMRANGEBYSCORE', P, '-inf', now - cfg.period_ms)
+  redis.call('ZREMRANGEBYSCORE', P, '-inf', now - HOLD_MS)
   redis.call('ZADD', P, at, id)
-  local ttl = at - now + cfg.period_ms
+  local ttl = at - now + HOLD_MS
   if redis.call('PTTL', P) < ttl then redis.call('PEXPIRE', P, ttl) end
 end

@@ -134,7 +134,7 @@ def test_two_workers_on_their_own_clients_never_start_more_than_the_limit_in_any
     """Two engines (each its own client and pool) run tasks as workers do: claim, or park when
     limited; a sweeper promotes the parked. Start times come from the histories (Redis time)."""
     limited(engine, Rate(3, 0.25))
-    other = limited(Engine(client_like(engine.redis), namespace=engine.keys.ns, dispatcher=None))
+    other = limited(Engine(client_like(engine.redis), namespace=engine.keys.ns, dispatcher=None), Rate(3, 0.25))
     task_ids = [engine.submit("paint" if n % 2 else "sketch", {}, owner="alice").id for n in range(12)]
     done, stop = set(), threading.Event()
 
@@ -185,3 +185,17 @@ def test_the_limit_reads_redis_time(engine):
     log = engine.keys.rate_log("images", "image-model")
     assert row["used"] == 1 and 59_000 < engine.redis.pttl(log) <= 60_000
     assert int(engine.redis.zrange(log, 0, 0, withscores=True)[0][1]) <= server_ms(engine.redis)
+
+
+def test_a_new_task_does_not_take_the_slot_a_parked_task_holds(engine):
+    limited(engine, Rate(1, 0.2))
+    first, parked, fresh = (engine.submit("paint", {}, owner="alice") for _ in range(3))
+    engine.claim(first.id, "w1")
+    with pytest.raises(RateLimited) as refused:
+        engine.claim(parked.id, "w1")
+    engine.park(parked.id, refused.value.wait, refused.value.upstream, refused.value.kind)
+    wait_for_server_time(engine.redis, engine.get(parked.id).next_retry_at * 1000)
+    with pytest.raises(RateLimited):  # the slot is open, but the parked task is first in line
+        engine.claim(fresh.id, "w2")
+    engine.sweep()
+    assert engine.claim(parked.id, "w1").attempt == 1

@@ -87,6 +87,14 @@ def test_the_dashboard_shows_counts_per_state_and_queue(client, engine, auth, ca
     assert 'data-total="SUCCESS">2<' in live and "<html" not in live
 
 
+def test_the_dashboard_shows_each_rate_limit_with_its_starts_in_the_window(client, engine, auth):
+    assert "No task type has a rate limit." in page(client, "/dashboard/live", auth["alice"])
+    engine.task(name="paint", queue="models", upstream="image-model", breaker=False, rate="20/s")(lambda ctx: None)
+    engine.claim(engine.submit("paint", {}, owner="alice").id, "w1")
+    live = page(client, "/dashboard/live", auth["alice"])
+    assert "Rate limits" in live and "image-model" in live and "20/s" in live and "1 of 20" in live
+
+
 def test_only_admins_get_the_admin_controls(client, engine, auth):
     task_in(engine, State.PENDING)
     assert "/api/admin/" not in page(client, "/", auth["alice"])
