@@ -30,3 +30,14 @@ def _example(doc: str, name: str) -> str:
 
 def test_the_wait_example_in_features_runs():
     exec(compile(_example("docs/features.md", "wait"), "docs/features.md:wait", "exec"), {"__name__": "example"})
+
+
+def test_the_rate_limit_example_in_features_runs():
+    exec(
+        compile(_example("docs/features.md", "rate-limit"), "docs/features.md:rate-limit", "exec"),
+        {"__name__": "example"},
+    )
+
+
+def test_the_expiry_example_in_features_runs():
+    exec(compile(_example("docs/features.md", "expiry"), "docs/features.md:expiry", "exec"), {"__name__": "example"})

@@ -153,8 +153,7 @@ end
 -- sweeper at the expiry time; claim records it instead of starting a task it finds expired).
 local function lapse_now(K, t, now)
   change(K, t, 'lapse', 'CANCELLED', now, 0,
-    {finished_at = now, reason = 'expired', error_kind = 'expired', next_retry_at = '', waiting_on = '',
-     dispatch_id = ''},
+    {finished_at = now, reason = 'expired', error_kind = 'expired', next_retry_at = '', waiting_on = ''},
     {reason = 'expired'})
 end
 
