@@ -28,6 +28,7 @@ def test_submit_with_expires_in_gives_the_task_an_expiry(engine, cli):
     assert task["expires_at"] == engine.get(task["id"]).expires_at
     assert round(task["expires_at"] - task["created_at"], 3) == 600
     one_line_error(cli("submit", "render", "--expires-in", "0"), 2, "expires_in")
+    assert "expires " in cli("show", task["id"]).stdout
 
 
 def test_submit_with_the_same_idempotency_key_returns_the_same_task(engine, cli):
