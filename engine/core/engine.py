@@ -276,7 +276,7 @@ class Engine(LeaseCalls, Management, Reads):
             parents=parent_ids,
             due_at=now + due_ms / 1000 if due_ms else None,
             escalate_at=now + escalate_ms / 1000 if escalate_ms else None,
-            expires_at=now + expires_ms / 1000 if expires_ms else None,
+            expires_at=(int(reply[2]) + expires_ms) / 1000 if expires_ms else None,
             notify_url=notify_url or "",
             waiting=reply[3] == "waiting",
         )
