@@ -46,3 +46,14 @@ def test_the_migrating_example_defines_a_task_that_runs():
     execute(engine, engine.claim(bad.id, "w1"))
     failed = engine.get(bad.id)
     assert (failed.status.value, failed.error_kind, failed.attempt) == ("FAILED", "bad_url", 1)
+
+
+def test_the_rate_limit_example_in_features_runs():
+    exec(
+        compile(_example("docs/features.md", "rate-limit"), "docs/features.md:rate-limit", "exec"),
+        {"__name__": "example"},
+    )
+
+
+def test_the_expiry_example_in_features_runs():
+    exec(compile(_example("docs/features.md", "expiry"), "docs/features.md:expiry", "exec"), {"__name__": "example"})

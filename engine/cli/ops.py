@@ -53,6 +53,7 @@ def _get(engine, task_id):
 @click.option("--depends-on", multiple=True, help="A task (same queue) that must succeed first; repeatable.")
 @click.option("--due-in", type=float, help="Seconds by which it should have ended (else: overdue).")
 @click.option("--escalate-in", type=float, help="Seconds after which an unfinished task escalates.")
+@click.option("--expires-in", type=float, help="Seconds within which it must start, else it is cancelled (expired).")
 @click.option("--notify-url", help="Webhook for its notifications (the app must enable them).")
 @click.option(
     "--from-file",
@@ -73,6 +74,7 @@ def submit_command(
     depends_on,
     due_in,
     escalate_in,
+    expires_in,
     notify_url,
     from_file,
 ):
@@ -88,6 +90,7 @@ def submit_command(
         depends_on=list(depends_on) or None,
         due_in=due_in,
         escalate_in=escalate_in,
+        expires_in=expires_in,
         notify_url=notify_url,
     )
     if from_file is None:

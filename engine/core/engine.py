@@ -32,6 +32,7 @@ from .lease_calls import LeaseCalls
 from .management import Management
 from .models import Task
 from .quota import Quota
+from .rates import Rate
 from .reads import Reads
 from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts, SubmitArgs
@@ -39,7 +40,7 @@ from .server import check_server
 from .states import State
 from .text import text, text_or_none
 from .users import Users
-from .validate import duration_ms as _duration_ms, json_text as _json_text, text as _text
+from .validate import json_text as _json_text, submit_times, text as _text
 
 #: verbs the layers above the core supply (``periodic``: ghostless.periodic.schedules.register).
 EXTENSIONS: dict = {}
@@ -104,19 +105,24 @@ class Engine(LeaseCalls, Management, Reads):
         permanent_errors=(),
         breaker: Breaker | bool | None = None,
         upstream: str = "",
+        rate: str | Rate | None = None,
         verify: Callable | None = None,
         internal: bool = False,
     ) -> Callable:
         """Decorator registering a task type (the allowlist of what may be submitted and run).
 
         ``breaker`` (a Breaker, or True for the defaults; implied by ``upstream``) guards the
-        upstream the type calls; types naming the same ``upstream`` share one breaker.
+        upstream the type calls; types naming the same ``upstream`` share one breaker. ``rate``
+        (``"20/s"``, ``"600/min"``, ``"1000/h"``: engine/core/rates.py) caps the attempts of the
+        upstream (default: of the type) that start in any such window, across every worker; its
+        types must give the same rate, in one queue. Raises BadRate, ValueError.
         ``verify(result, ctx)`` checks a result before SUCCESS is recorded: returning False or
         raising fails the attempt (``verification_failed``, retried). ``internal`` types (and every
         ``ghostless.*`` one) are submitted by engine code only: ``submit(..., internal=True)``.
         """
         if breaker is True or (upstream and breaker is None):
             breaker = Breaker()
+        limit = Rate.parse(rate) if rate is not None else None  # BadRate now, not at the decoration
 
         def register(fn: Callable) -> Callable:
             self.registry.add(
@@ -132,6 +138,7 @@ class Engine(LeaseCalls, Management, Reads):
                     permanent_errors=tuple(permanent_errors),
                     breaker=breaker or None,
                     upstream=upstream,
+                    rate=limit,
                     verify=verify,
                     internal=internal,
                 )
@@ -162,6 +169,7 @@ class Engine(LeaseCalls, Management, Reads):
         delay: float = 0,
         due_in: float | None = None,
         escalate_in: float | None = None,
+        expires_in: float | None = None,
         depends_on: list[str] | None = None,
         notify_url: str | None = None,
         quota: Quota | None = None,
@@ -176,6 +184,8 @@ class Engine(LeaseCalls, Management, Reads):
             delay: seconds before it may be dispatched.
             due_in / escalate_in: seconds from now by which the task should have ended; the
                 sweeper records an ``overdue`` (then ``escalated``) event once if it has not.
+            expires_in: seconds from now within which the task must start (be claimed), else it
+                ends CANCELLED, reason ``expired`` (by the sweeper then, or by a later claim).
             depends_on: ids of tasks (in the same queue) that must all end in SUCCESS first
                 (engine/core/dependencies.py).
             notify_url: webhook for this task's notifications (else its owner's default, if any;
@@ -199,11 +209,7 @@ class Engine(LeaseCalls, Management, Reads):
         if idempotency_key is not None:
             idempotency_key = _text("idempotency_key", idempotency_key)
         priority = priority_mod.check(priority)
-        delay_ms = _duration_ms("delay", delay)
-        due_ms = _duration_ms("due_in", due_in) if due_in is not None else 0
-        escalate_ms = _duration_ms("escalate_in", escalate_in) if escalate_in is not None else 0
-        if escalate_ms and escalate_ms <= due_ms:
-            raise ValueError("escalate_in must be later than due_in")
+        delay_ms, due_ms, escalate_ms, expires_ms = submit_times(delay, due_in, escalate_in, expires_in)
         parent_ids, parents = deps.parents(self, tt.queue, depends_on)
         if notify_url is not None and notify.TYPE not in self.registry:
             raise ValueError("notify_url needs engine.enable_notifications(secret) in the app")
@@ -241,6 +247,7 @@ class Engine(LeaseCalls, Management, Reads):
                 escalate_ms=escalate_ms,
                 notify_url=notify_url or "",
                 quota=quota.spec() if quota else "",
+                expires_ms=expires_ms,
                 parent_ids=tuple(parent_ids),
             ),
             parents,
@@ -269,6 +276,7 @@ class Engine(LeaseCalls, Management, Reads):
             parents=parent_ids,
             due_at=now + due_ms / 1000 if due_ms else None,
             escalate_at=now + escalate_ms / 1000 if escalate_ms else None,
+            expires_at=(int(reply[2]) + expires_ms) / 1000 if expires_ms else None,
             notify_url=notify_url or "",
             waiting=reply[3] == "waiting",
         )

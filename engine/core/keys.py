@@ -114,6 +114,7 @@ class TaskKeys(NamedTuple):
     outbox: str  # list: webhook notifications to hand to the notifier (JSON entries)
     notifications: str  # list: ids of the notification tasks made for this task
     owners: str  # hash: per owner, unfinished tasks ('n:<owner>') and their args bytes ('b:<owner>')
+    start_by: str  # zset: tasks never started that expire (submit's expires_in), scored by when (ms)
 
 
 class Keys:
@@ -163,6 +164,7 @@ class Keys:
             outbox=f"{q}:outbox",
             notifications=f"{t}:notifications",
             owners=f"{q}:owners",
+            start_by=f"{q}:start_by",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:
@@ -182,6 +184,15 @@ class Keys:
     def breaker(self, queue: str, upstream: str) -> str:
         """Hash: one upstream's circuit breaker state and outcome counts, in one queue."""
         return self.queue_key(queue, f"breaker:{upstream}")
+
+    def rate_log(self, queue: str, upstream: str) -> str:
+        """Zset: one upstream's attempt starts in its rate limit's current window, by start time
+        (ms), in the queue its types share (lua/lib/limit.lua)."""
+        return self.queue_key(queue, f"limit:log:{upstream}")
+
+    def rate_parked(self, queue: str, upstream: str) -> str:
+        """Zset: tasks parked by one upstream's rate limit, by when their park ends (ms)."""
+        return self.queue_key(queue, f"limit:parked:{upstream}")
 
     def webhooks(self) -> str:
         """Hash: owner -> default webhook URL for their tasks' notifications."""
@@ -238,4 +249,4 @@ class Keys:
     def deadline_channels(self) -> list[str]:
         """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a
         script announces a deadline sooner than the sweeper's next look (lua/lib/record.lua)."""
-        return [self.queue_key("*", name) for name in ("dispatch", "leases", "retries", "waiting")]
+        return [self.queue_key("*", name) for name in ("dispatch", "leases", "retries", "waiting", "start_by")]

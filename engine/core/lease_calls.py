@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from ghostless.core import breakers as breakers_mod
+from ghostless.core import breakers as breakers_mod, rates as rates_mod
 
 from .clients import heartbeat_client
 from .config import ms
-from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisFull, TaskNotFound
+from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RateLimited, RedisFull, TaskNotFound
 from .keys import parse_task_id
 from .models import Lease
 from .states import State
@@ -64,6 +64,9 @@ class LeaseCalls:
         Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
             UnknownTaskType (this engine does not run the task's type; nothing is imported),
             BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task),
+            RateLimited (its upstream's rate limit has no start left now: nothing changed; ``park``
+            it for ``e.wait``, when its slot frees), TaskExpired (an IllegalTransition: the task was
+            past its expiry and never started; the claim cancelled it, reason ``expired``),
             RedisFull or redis-py's ConnectionError/TimeoutError (the job given is then reported lost:
             ``job_lost``, so the sweeper dispatches the task again within seconds).
         """
@@ -71,24 +74,28 @@ class LeaseCalls:
         types = "," + ",".join(t.name for t in self.registry) + ","
         keys = self._keys(task_id)
         breaker_key, spec, tt = None, "", None
-        if any(t.breaker for t in self.registry):  # only then is the type needed before the claim
+        limit_keys: tuple[str, ...] = ()
+        limit_spec = ""
+        if any(t.breaker or t.rate for t in self.registry):  # only then is the type needed before the claim
             type_name = self.redis.hget(keys.task, "type")
             if type_name is None:
                 raise TaskNotFound(task_id)
             tt = self.registry.get(text_or_none(type_name))
-            if tt.breaker:
-                breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
-                spec = tt.breaker.spec(tt.breaker_name)
+            breaker_key, spec = self._breaker(tt.name)
+            limit_keys, limit_spec = self._limit(tt.name)
         claim_id = claim_id or uuid.uuid4().hex
         try:
-            reply = self.scripts.claim(keys, task_id, worker, claim_id, dispatch_id, types, breaker_key, spec)
+            reply = self.scripts.claim(
+                keys, task_id, worker, claim_id, dispatch_id, types, breaker_key, spec, limit_keys, limit_spec
+            )
         except (RedisFull, redis.ConnectionError, redis.TimeoutError):
             if dispatch_id:  # the executor handed this job over: it will not be delivered again
                 self.job_lost(task_id, dispatch_id, patience=self.config.dispatch_grace)
             raise
-        if reply[0] == Code.BREAKER_OPEN:
-            assert tt is not None  # a breaker answers only where tt named its key
-            raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
+        if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED):
+            assert tt is not None  # a breaker or a limit answers only where tt named its keys
+            busy = BreakerOpen if reply[0] == Code.BREAKER_OPEN else RateLimited
+            raise busy(task_id, tt.breaker_name, int(reply[1]) / 1000)
         flat = reply[7] if len(reply) > 7 else []
         return Lease(
             task_id=task_id,
@@ -268,17 +275,44 @@ class LeaseCalls:
             return None, ""
         return self.keys.breaker(tt.queue, tt.breaker_name), tt.breaker.spec(tt.breaker_name)
 
-    def park(self, task_id: str, wait: float, upstream: str) -> State:
-        """Set a task whose upstream breaker is open aside: RETRY_WAITING for ``wait`` seconds (no
-        attempt consumed), or FAILED when its type's breaker policy is to fail fast."""
+    def _limit(self, type_name: str) -> tuple[tuple[str, ...], str]:
+        """(start log and parked set, ARGV spec) of a type's rate limit; ((), '') when it has none."""
+        tt = self.registry.get(type_name)
+        if tt.rate is None:
+            return (), ""
+        name = tt.breaker_name
+        return (self.keys.rate_log(tt.queue, name), self.keys.rate_parked(tt.queue, name)), tt.rate.spec(name)
+
+    def park(self, task_id: str, wait: float, upstream: str, kind: str = "upstream_open") -> State:
+        """Set aside a task whose upstream takes no attempt now (the ``kind`` of UpstreamBusy the
+        claim raised): RETRY_WAITING for ``wait`` seconds, no attempt consumed; with
+        ``upstream_open``, FAILED instead when its type's breaker policy is to fail fast. With
+        ``rate_limited`` the park finds the task's start slot itself (``wait`` is the claim's
+        estimate): it waits until then, to the ms."""
+        if kind not in ("upstream_open", "rate_limited"):
+            raise ValueError(f"kind must be 'upstream_open' or 'rate_limited', got {kind!r}")
         type_name = self.redis.hget(self._keys(task_id).task, "type")
         tt = self.registry.get(text_or_none(type_name))
-        fast = tt.breaker is not None and tt.breaker.policy == "fail"
+        fast = tt.breaker is not None and tt.breaker.policy == "fail" and kind == "upstream_open"
+        limit_keys, limit_spec = self._limit(tt.name) if kind == "rate_limited" else ((), "")
         reply = self.scripts.park(
-            self.keys.task(task_id), task_id, _duration_ms("wait", wait), fast, upstream, uuid.uuid4().hex
+            self.keys.task(task_id),
+            task_id,
+            _duration_ms("wait", wait),
+            fast,
+            upstream,
+            uuid.uuid4().hex,
+            kind,
+            limit_keys,
+            limit_spec,
         )
         return State(reply[1])
 
     def breakers(self) -> list[dict]:
         """State of every registered type's circuit breaker (dashboard, /metrics)."""
         return breakers_mod.states(self)
+
+    def rate_limits(self) -> list[dict]:
+        """Every rate-limited upstream: its rate, starts in the current window, free slots, tasks
+        parked by it now and parks so far (dashboard, /metrics; engine/core/rates.py)."""
+        return rates_mod.states(self)

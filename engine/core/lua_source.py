@@ -22,11 +22,20 @@ from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 
 # package data: a real folder installed, editable or in a checkout
 LUA_DIR = Path(str(resources.files("ghostless.lua")))
-LIBS = ("time", "task", "record", "lease", "backoff", "breaker", "quota")  # order matters: later ones use earlier ones
+LIBS = (
+    "time",
+    "task",
+    "record",
+    "lease",
+    "backoff",
+    "breaker",
+    "limit",
+    "quota",
+)  # order matters: later ones use earlier ones
 # fmt: off
 SCRIPTS = (
     "submit", "dispatch", "claim", "heartbeat", "stage", "progress", "checkpoint", "complete", "fail", "release",
-    "expire", "promote", "park", "resolve", "cancel", "edit", "retry", "purge", "overdue", "due", "read",
+    "expire", "promote", "park", "resolve", "lapse", "cancel", "edit", "retry", "purge", "overdue", "due", "read",
 )
 # fmt: on
 

@@ -16,6 +16,7 @@ from .errors import (
     Code,
     IdempotencyConflict,
     IllegalTransition,
+    TaskExpired,
     UnknownParent,
     UnknownTaskType,
     WrongDispatch,
@@ -51,6 +52,7 @@ class SubmitArgs(NamedTuple):
     escalate_ms: int  # 0 = never
     notify_url: str  # '' = none
     quota: str  # lib/quota spec; '' = none
+    expires_ms: int  # 0 = never: else it is cancelled (expired) unless started within this
     parent_ids: tuple[str, ...] = ()
 
     def argv(self) -> list:
@@ -186,18 +188,24 @@ class Scripts:
         types: str,
         breaker_key: str | None = None,
         breaker_spec: str = "",
+        limit_keys: Sequence[str] = (),
+        limit_spec: str = "",
     ) -> list:
+        """``limit_keys``: the rate limit's start log and parked set, with ``limit_spec``.
+        Raises TaskExpired when the claim found the task expired (and cancelled it)."""
         reply = self._call(
             "claim",
-            [*keys, *([breaker_key] if breaker_key else [])],
-            [worker, claim_id, dispatch_id, types, breaker_spec],
+            [*keys, *([breaker_key] if breaker_key else []), *limit_keys],
+            [worker, claim_id, dispatch_id, types, breaker_spec, limit_spec],
         )
         if reply[0] == Code.WRONG_DISPATCH:
             raise WrongDispatch(task_id, dispatch_id)
         if reply[0] == Code.UNKNOWN_TYPE:
             raise UnknownTaskType(reply[1])
-        if reply[0] == Code.BREAKER_OPEN:
-            return reply  # the engine knows the upstream's name and raises BreakerOpen
+        if reply[0] == Code.EXPIRED:
+            raise TaskExpired(task_id)
+        if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED):
+            return reply  # the engine knows the upstream's name and raises BreakerOpen / RateLimited
         if reply[0] == Code.NOT_DUE:  # waiting on its parents, or delayed
             raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")
         return refuse(reply, "claim", task_id)
@@ -255,8 +263,21 @@ class Scripts:
     def release(self, keys: TaskKeys, lease: Lease, reason: str) -> list:
         return self._hold("release", keys, lease, reason, lease.worker)
 
-    def park(self, keys: TaskKeys, task_id: str, wait_ms: int, fail_fast: bool, upstream: str, park_id: str) -> list:
-        return refuse(self._call("park", keys, [wait_ms, _flag(fail_fast), upstream, park_id]), "park", task_id)
+    def park(
+        self,
+        keys: TaskKeys,
+        task_id: str,
+        wait_ms: int,
+        fail_fast: bool,
+        upstream: str,
+        park_id: str,
+        kind: str = "upstream_open",
+        limit_keys: Sequence[str] = (),
+        limit_spec: str = "",
+    ) -> list:
+        """``kind`` rate_limited goes with the limit's start log and parked set, and its spec."""
+        argv = [wait_ms, _flag(fail_fast), upstream, park_id, kind, limit_spec]
+        return refuse(self._call("park", [*keys, *limit_keys], argv), "park", task_id)
 
     # -- management: owner-checked inside the script ----------------------------------------------
     def cancel(self, keys: TaskKeys, task_id: str, by: str, admin: bool, reason: str) -> list:
@@ -301,6 +322,10 @@ class Scripts:
     def promote(self, keys: TaskKeys, client=None) -> list | None:
         """RETRY_WAITING -> PENDING once its retry time has come (NOT_DUE before)."""
         return self._call("promote", keys, [], client=client)
+
+    def lapse(self, keys: TaskKeys, task_id: str, client=None) -> list | None:
+        """CANCELLED (reason expired) once a task never started is past its expiry (NOT_DUE else)."""
+        return self._call("lapse", keys, [task_id], client=client)
 
     def purge(self, keys: TaskKeys, task_id: str, owner_index: str | None, client=None) -> list | None:
         return self._call("purge", [*keys, *([owner_index] if owner_index else [])], [task_id], client=client)

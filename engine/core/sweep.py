@@ -16,6 +16,7 @@ from ghostless.core import dependencies as deps, notify
 
 from .clock import retry_delay
 from .errors import Code, GhostlessError, UnknownTaskType
+from .replies import RESOLVE_MARK
 from .states import State
 from .text import text, text_or_none
 
@@ -34,6 +35,7 @@ class SweepReport:
     notified: int = 0  # webhook notifications handed to delivery tasks
     overdue: int = 0  # unfinished past their due time: event recorded
     escalated: int = 0  # unfinished past their escalation time: event recorded
+    lapsed: int = 0  # not started by their expiry: CANCELLED (expired)
     next_in: float | None = None  # seconds until the earliest deadline of any queue
     reasons: dict = field(default_factory=dict)  # expiry reason -> count
 
@@ -48,6 +50,7 @@ class SweepReport:
             + self.escalated
             + self.resolved
             + self.notified
+            + self.lapsed
         )
 
     @property
@@ -61,6 +64,7 @@ class SweepReport:
             or self.escalated
             or self.resolved
             or self.notified
+            or self.lapsed
         )
 
     def summary(self) -> str:
@@ -75,6 +79,7 @@ class SweepReport:
                 "resolved",
                 "overdue",
                 "escalated",
+                "lapsed",
                 "notified",
             )
             if getattr(self, n)
@@ -117,7 +122,7 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     dispatching = engine.dispatcher.active and not engine.redis.hget(
         engine.keys.queue_key(queue, "control"), "draining"
     )
-    names = ["leases", "retries", "expiry", "watch", "waiting"] + (["dispatch"] if dispatching else [])
+    names = ["leases", "retries", "expiry", "watch", "waiting", "start_by"] + (["dispatch"] if dispatching else [])
     lists, next_ms = engine.scripts.due([engine.keys.queue_key(queue, n) for n in names], batch)
     due = dict(zip(names, lists))
     lease_ids, retry_ids, expiry_ids = due["leases"], due["retries"], due["expiry"]
@@ -136,6 +141,11 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
             if r[1] == State.PENDING.value:
                 promoted.append(tid)
+    # Before promotions: a parked task past its expiry ends rather than returns.
+    lapses = _run(engine, due["start_by"], lambda tid, pipe: scripts.lapse(task_keys(tid), tid, client=pipe))
+    report.lapsed += sum(1 for r in lapses if r[0] == Code.OK)
+    if any(r[-1] == RESOLVE_MARK for r in lapses):  # children waiting on a lapsed task: cancelled now
+        deps.resolve_due(engine, engine.keys.queue_key(queue, "waiting"))
     promotions = _run(engine, retry_ids, lambda tid, pipe: scripts.promote(task_keys(tid), client=pipe))
     promoted += [tid for tid, r in zip(retry_ids, promotions) if r[0] == Code.OK]
     report.promoted += len(promoted)

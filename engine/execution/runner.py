@@ -20,13 +20,13 @@ from rq.timeouts import JobTimeoutException
 from ghostless.core.errors import (
     REDIS_FAULTS,
     BadArgs,
-    BreakerOpen,
     IllegalTransition,
     LeaseLost,
     PermanentError,
     RedisUnavailable,
     TaskNotFound,
     UnknownTaskType,
+    UpstreamBusy,
     WrongDispatch,
 )
 from ghostless.core.keys import rq_dispatch_id
@@ -70,9 +70,9 @@ def run_task(task_id: str) -> None:
     except (IllegalTransition, WrongDispatch, TaskNotFound) as e:  # claim.lua refuses with no lease code
         log.info("claim of %s refused (%s): nothing to do", task_id, e)
         return
-    except BreakerOpen as e:
+    except UpstreamBusy as e:  # its breaker is open, or its rate limit has no start left now
         try:
-            state = engine.park(task_id, e.wait, e.upstream)
+            state = engine.park(task_id, e.wait, e.upstream, e.kind)
             log.info("task %s: %s; parked (%s)", task_id, e, state)
         except (IllegalTransition, TaskNotFound) as refused:
             log.info("task %s changed while parking: %s", task_id, refused)

@@ -61,6 +61,10 @@ local function place(K, t, from, to, score, now, passing)
     redis.call('ZADD', K.ready, -tonumber(t.priority or 0) * PRIORITY_SPAN + seq, id)
   end
   if old and old ~= new then redis.call('ZREM', K[old], id) end
+  -- Started or ended: its expiry (submit's expires_in) no longer applies.
+  if t.expires_at and t.expires_at ~= '' and (to == 'PROCESSING' or TERMINAL[to]) then
+    redis.call('ZREM', K.start_by, id)
+  end
   if from and TERMINAL[from] then redis.call('ZREM', K.expiry, id) end
   if new then
     redis.call('ZADD', K[new], score, id)
@@ -138,6 +142,21 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   if TERMINAL[to] and not passing then notify(K, t, 'terminal', now) end
 end
 
+-- Whether a task's expiry (submit's expires_in) has passed; claim clears it, so only a task never
+-- started has one.
+local function lapsed(t, now)
+  local at = tonumber(t.expires_at) or 0
+  return at > 0 and at <= now
+end
+
+-- PENDING, QUEUED or RETRY_WAITING -> CANCELLED, reason expired: the lapse verb (lua/lapse.lua, the
+-- sweeper at the expiry time; claim records it instead of starting a task it finds expired).
+local function lapse_now(K, t, now)
+  change(K, t, 'lapse', 'CANCELLED', now, 0,
+    {finished_at = now, reason = 'expired', error_kind = 'expired', next_retry_at = '', waiting_on = ''},
+    {reason = 'expired'})
+end
+
 -- RETRY_WAITING -> PENDING, due for dispatch now: the promote verb (lua/promote.lua; expire
 -- chains into it when the retry is due at once, saving the sweeper a second call).
 local function promote_now(K, t, now)
@@ -174,6 +193,13 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
   redis.call('ZADD', owner_index, now, f.id)
   local first = watch_time(f)
   if first then redis.call('ZADD', K.watch, first, f.id) end
+  local expires_at = tonumber(f.expires_at) or 0
+  if expires_at > 0 then
+    redis.call('ZADD', K.start_by, expires_at, f.id)
+    if expires_at - now < WAKE_WITHIN_MS then redis.call('PUBLISH', K.start_by, expires_at) end
+  else
+    f.expires_at = nil
+  end
   t.id, t.owner, t.type, t.waiting_on, t.args_bytes = f.id, f.owner, f.type, f.waiting_on, #args_json
   if not due then
     due = now + delay_ms
