@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from ghostless import BadRate, Engine, GhostlessError, Rate, RateLimited, State, UpstreamBusy
-from ghostless.core.lease_calls import client_like
+from ghostless.core.clients import client_like
 from tests.support.wait import server_ms, wait_for_server_time, wait_until
 
 
