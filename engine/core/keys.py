@@ -114,6 +114,8 @@ class TaskKeys(NamedTuple):
     outbox: str  # list: webhook notifications to hand to the notifier (JSON entries)
     notifications: str  # list: ids of the notification tasks made for this task
     owners: str  # hash: per owner, unfinished tasks ('n:<owner>') and their args bytes ('b:<owner>')
+    pending_since: str  # zset: PENDING tasks ready to run, scored by when they began to wait (ms)
+    queued_since: str  # zset: QUEUED tasks, scored by when they began to wait (ms; lib/record: wait_lines)
 
 
 class Keys:
@@ -163,6 +165,8 @@ class Keys:
             outbox=f"{q}:outbox",
             notifications=f"{t}:notifications",
             owners=f"{q}:owners",
+            pending_since=f"{q}:pending_since",
+            queued_since=f"{q}:queued_since",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:
@@ -234,6 +238,11 @@ class Keys:
         """String: the lock of the scheduler tick (engine/periodic/scheduler.py), per namespace, held by
         the scheduler working now; a short TTL. Outside any hash tag, like ``periodic_state``."""
         return self._untagged("scheduler_lock")
+
+    def sweepers(self) -> str:
+        """Zset: the sweeper registry, sweeper name -> server time (ms) of its last recorded tick,
+        under the global hash tag; silent sweepers drop out (engine/core/sweepers.py)."""
+        return self.global_key("sweepers")
 
     def deadline_channels(self) -> list[str]:
         """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a
