@@ -19,6 +19,7 @@ from ghostless.core import (
     priority as priority_mod,
     stats as stats_mod,
     sweep as sweep_mod,
+    tracing,
 )
 
 from .cluster import is_cluster
@@ -151,6 +152,7 @@ class Engine(LeaseCalls, Management, Reads):
         return sorted(found | set(self.registry.queues()))
 
     # -- client calls -----------------------------------------------------------------------------
+    @tracing.traced_submit
     def submit(
         self,
         type: str,
@@ -241,6 +243,7 @@ class Engine(LeaseCalls, Management, Reads):
                 escalate_ms=escalate_ms,
                 notify_url=notify_url or "",
                 quota=quota.spec() if quota else "",
+                traceparent=tracing.traceparent(),
                 parent_ids=tuple(parent_ids),
             ),
             parents,

@@ -53,6 +53,7 @@ class SubmitArgs(NamedTuple):
     escalate_ms: int  # 0 = never
     notify_url: str  # '' = none
     quota: str  # lib/quota spec; '' = none
+    traceparent: str  # W3C traceparent of the submit's span (engine/core/tracing.py); '' = none
     parent_ids: tuple[str, ...] = ()
 
     def argv(self) -> list:

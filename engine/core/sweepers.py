@@ -13,15 +13,19 @@ Sweepers are named as RQ names its workers' hosts: ``<hostname>.<pid>``.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
+
+import redis
 
 from .clock import server_ms
 from .text import text
 
 RECORD_EVERY = 1.0  # seconds: the registry's resolution (an age reads up to this much high)
 KEEP = 600.0  # seconds a sweeper stays listed after its last tick
+log = logging.getLogger("ghostless.sweeper")
 
 
 def sweeper_name() -> str:
@@ -57,9 +61,14 @@ class TickRecorder:
         self._last: float | None = None
 
     def record(self) -> None:
+        """Raises no Redis error: a registry Redis refuses (full, away) must not fail the tick."""
         at = time.monotonic()
         if self._last is None or at - self._last >= self.every:
-            record_tick(self.engine, self.name)
+            try:
+                record_tick(self.engine, self.name)
+            except redis.RedisError as e:
+                log.debug("sweeper: tick not recorded (%s); again next tick", e)
+                return
             self._last = at
 
 

@@ -17,6 +17,7 @@ import threading
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
+from ghostless.core import tracing
 from ghostless.core.errors import (
     REDIS_FAULTS,
     BadArgs,
@@ -83,7 +84,13 @@ def run_task(task_id: str) -> None:
 
 
 def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> None:
-    """Run the task function under a heartbeat and report its outcome (once, with the lease)."""
+    """Run the task function under a heartbeat and report its outcome (once, with the lease), in
+    the attempt's span when the application traces (engine/core/tracing.py)."""
+    with tracing.attempt_span(engine, lease, flush=in_horse):
+        _execute(engine, lease, in_horse, grace)
+
+
+def _execute(engine, lease, in_horse: bool, grace: float | None) -> None:
     tt = engine.registry.get(lease.type)
     ctx = TaskContext(engine, lease, lease.checkpoints)  # the claim brought them: no extra round trip
     main = threading.get_ident()
@@ -186,6 +193,7 @@ def _release_after_redis_error(hb: Heartbeat, engine, lease, e: RedisUnavailable
 def _report(report, lease, *args) -> None:
     try:
         report(lease, *args)
+        tracing.outcome(report.__name__, *args)
         log.info("task %s attempt %d: %s", lease.task_id, lease.attempt, report.__name__, extra=_fields(lease))
     except LeaseLost as e:
         log.warning("outcome of task %s refused: %s", lease.task_id, e, extra=_fields(lease))

@@ -152,13 +152,15 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
     close_stage(K, t, now)
     observe(K, 'run', now - t.state_since)
   end
-  wait_lines(K, t, from, to, now, fields)
   if from then
     redis.call('HINCRBY', K.counts, from, -1)
     redis.call('HINCRBY', K.stats, 'tis_ms:' .. from, now - t.state_since)
     redis.call('HINCRBY', K.stats, 'tis_n:' .. from, 1)
   end
   redis.call('HINCRBY', K.counts, to, 1)
+  -- After a write Redis refuses when full: a script's first write must be one (a ZREM is allowed,
+  -- and would let the rest of the script write past maxmemory).
+  wait_lines(K, t, from, to, now, fields)
   redis.call('HINCRBY', K.stats, 'entered:' .. to, 1)
   place(K, t, from, to, score, now, passing)
   -- Unfinished until a terminal state that is not passed through; again so after a manual retry.
