@@ -9,7 +9,7 @@ import logging
 
 from ghostless.core.logs import JsonFormatter, for_task
 from ghostless.core.sweepers import TickRecorder, freshest_age, record_tick, tick_ages
-from tests.support.wait import server_ms
+from tests.support.wait import server_ms, wait_for_server_time
 
 
 def test_a_tick_is_recorded_in_redis_time(engine):
@@ -61,3 +61,18 @@ def test_a_json_line_holds_the_traceback_in_one_field():
         record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
     text = JsonFormatter().format(record)
     assert "\n" not in text and "ValueError: boom" in json.loads(text)["exception"]
+
+
+def test_waiting_ages_and_histograms_read_every_queue_on_every_backend(engine):
+    from ghostless.core.stats import histogram, waiting_ages
+
+    waiting = engine.submit("render", {}, owner="alice")  # queue images
+    brief = engine.submit("brief", {}, owner="alice")  # queue other
+    engine.complete(engine.claim(brief.id, "w1"), {})
+    wait_for_server_time(engine.redis, waiting.created_at * 1000 + 100)
+    ages = waiting_ages(engine, ["images", "other"])
+    assert ages["images"]["PENDING"] >= 0.1 and ages["images"]["QUEUED"] == 0
+    assert ages["other"] == {"PENDING": 0.0, "QUEUED": 0.0}
+    raw = {k.decode(): int(v) for k, v in engine.redis.hgetall(engine.keys.queue_key("other", "stats")).items()}
+    buckets, _, count = histogram(raw, "run")
+    assert count == 1 and buckets[-1] == (float("inf"), 1)
