@@ -44,7 +44,7 @@ LOG_LEVEL = click.option(
 )
 LOG_FORMAT = click.option(
     "--log-format",
-    type=click.Choice(LOG_FORMATS),
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
     default="text",
     show_default=True,
     envvar="GHOSTLESS_LOG_FORMAT",

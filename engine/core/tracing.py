@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
+from typing import Any, TypeVar, cast
 
 from .keys import parse_task_id
 from .text import text_or_none
 
 TRACER = "ghostless"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _trace():
@@ -41,7 +44,7 @@ def traceparent() -> str:
     return carrier.get("traceparent", "")
 
 
-def traced_submit(fn):
+def traced_submit(fn: F) -> F:
     """``Engine.submit`` in a span of its own (when the application traces)."""
 
     @functools.wraps(fn)
@@ -58,7 +61,7 @@ def traced_submit(fn):
             span.set_attributes({"ghostless.task_id": task.id, "ghostless.queue": task.queue})
             return task
 
-    return submit
+    return cast(F, submit)
 
 
 @contextmanager
