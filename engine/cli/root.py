@@ -104,7 +104,7 @@ def sweeper_command(app_spec, redis_url, interval, batch, name, log_level, log_f
         signal.signal(sig, lambda *_: stop.set())
     name = name or sweeper_name()
     logging.getLogger("ghostless.sweeper").info(
-        "sweeper %s started: queues %s", name, ", ".join(engine.queues()) or "-", extra={"sweeper": name}
+        "sweeper started: queues %s, name %s", ", ".join(engine.queues()) or "-", name, extra={"sweeper": name}
     )
     run_sweeper(engine, interval, batch, stop, name=name)
 

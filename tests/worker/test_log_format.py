@@ -62,7 +62,7 @@ def test_sweeper_lines_are_json_and_a_reclaimed_lease_names_its_task(engine, pro
     assert engine.redis.zrange(engine.keys.sweepers(), 0, -1) == []  # a clean stop leaves the registry
 
     lines = json_lines(sweeper)
-    started = [e for e in lines if e["message"].startswith("sweeper ") and "started" in e["message"]]
+    started = [e for e in lines if e["message"].startswith("sweeper started")]
     assert started and started[0]["sweeper"] == name
     reclaimed = [e for e in lines if e.get("task_id") == task.id]
     assert reclaimed and reclaimed[0]["logger"] == "ghostless.sweeper" and "lease" in reclaimed[0]["message"]
