@@ -57,3 +57,8 @@ def test_the_rate_limit_example_in_features_runs():
 
 def test_the_expiry_example_in_features_runs():
     exec(compile(_example("docs/features.md", "expiry"), "docs/features.md:expiry", "exec"), {"__name__": "example"})
+
+
+def test_the_monitoring_example_in_features_runs():
+    code = _example("docs/features.md", "monitoring")
+    exec(compile(code, "docs/features.md:monitoring", "exec"), {"__name__": "example"})

@@ -25,6 +25,8 @@
 - ``GHOSTLESS_REDIS_CONNECTIONS`` (8; 0: the app's own client), ``GHOSTLESS_REDIS_WAIT`` (30 s): the
   web's bounded Redis pool and how long a request waits for a connection (web/pool.py); also
   from the environment.
+- ``GHOSTLESS_READY_SWEEPER_AGE`` (30 s; also from the environment): ``/readyz`` wants a sweeper
+  tick within it; 0: no sweeper check (web/health.py).
 - ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes
   ``/metrics`` with; ``GHOSTLESS_METRICS_PUBLIC`` (else env ``GHOSTLESS_METRICS_PUBLIC=1``):
   serve /metrics to anyone. Without either, only admins may read it (web/metrics.py).
@@ -67,8 +69,9 @@ DEFAULTS = {
     **limits.DEFAULTS,
     **held.DEFAULTS,
     **pool.DEFAULTS,
+    **health.DEFAULTS,
 }
-NUMBERS_FROM_ENV = ("GHOSTLESS_PROXIES", *limits.DEFAULTS, *held.DEFAULTS, *pool.DEFAULTS)
+NUMBERS_FROM_ENV = ("GHOSTLESS_PROXIES", *limits.DEFAULTS, *held.DEFAULTS, *pool.DEFAULTS, *health.DEFAULTS)
 
 
 def create_app(config: dict | None = None) -> Flask:

@@ -26,6 +26,8 @@ Families (all labelled by ``queue``):
 - ``ghostless_queue_draining``: 1 while a queue is draining (gauge).
 - ``ghostless_redis_data_lost`` (no labels): 1 once this web process has seen Redis lose its data
   (the data epoch marker vanished or changed, engine/core/epoch.py), until it is restarted (gauge).
+- Sweeper tick ages, the oldest waiting task per queue and state, live workers per queue, and the
+  queue wait and run time histograms: web/ops_metrics.py.
 
 Access: operators scrape without a user token, and the numbers name queues, task types and
 error kinds, so /metrics is closed by default. It answers to ``Authorization: Bearer
@@ -48,6 +50,7 @@ from ghostless.core.text import text
 from .auth import UNAUTHORIZED, current_user
 from .deps import get_engine
 from .errors import ApiError
+from .ops_metrics import ops_families
 
 bp = Blueprint("metrics", __name__)
 BREAKER_VALUES = {"closed": 0, "half_open": 1, "open": 2}
@@ -61,12 +64,12 @@ COUNTERS = (
 
 def time_totals(engine, queues: list[str]) -> dict[str, dict[str, int]]:
     """Per queue, the raw ``tis_*``/``stage_*`` totals (ms) and counts of its stats hash (the
-    fields engine/core/stats.py turns into means)."""
+    fields engine/core/stats.py turns into means), and its ``wait_*``/``run_*`` histograms."""
     pipe = engine.redis.pipeline(transaction=False)
     for q in queues:
         pipe.hgetall(engine.keys.queue_key(q, "stats"))
     return {
-        q: {text(k): int(v) for k, v in raw.items() if text(k).startswith(("tis_", "stage_"))}
+        q: {text(k): int(v) for k, v in raw.items() if text(k).startswith(("tis_", "stage_", "wait_", "run_"))}
         for q, raw in zip(queues, pipe.execute())
     }
 
@@ -130,6 +133,7 @@ class EngineCollector:
         lost = GaugeMetricFamily("ghostless_redis_data_lost", "1 once this process has seen Redis lose its data")
         lost.add_metric([], 1 if engine.data_epoch.lost else 0)
         yield from (tasks, entered, failures, *counters.values(), in_state, in_stage, breakers, *limits, draining, lost)
+        yield from ops_families(engine, queues, totals)
 
 
 RATE_GAUGES = (

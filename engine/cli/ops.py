@@ -15,7 +15,17 @@ import sys
 
 import click
 
-from ghostless.cli.common import BY, LOG_LEVEL, BadArgument, checked_task_id, dump, load_engine, progress, setup_logging
+from ghostless.cli.common import (
+    BY,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    BadArgument,
+    checked_task_id,
+    dump,
+    load_engine,
+    progress,
+    setup_logging,
+)
 from ghostless.cli.format import event_line, history_table, stats_tables, task_block, task_table, when
 from ghostless.cli.root import command
 from ghostless.core import check as check_mod
@@ -316,12 +326,13 @@ def check_command(ctx, app_spec, redis_url, as_json):
 @click.option("--burst", is_flag=True, help="Run one tick (fire what is due now) and exit.")
 @click.option("--list", "list_only", is_flag=True, help="Print the schedules and their periods, then exit.")
 @LOG_LEVEL
-def scheduler_command(app_spec, redis_url, as_json, interval, burst, list_only, log_level):
+@LOG_FORMAT
+def scheduler_command(app_spec, redis_url, as_json, interval, burst, list_only, log_level, log_format):
     """Fire the app's periodic tasks, exactly once per period (run any number of copies)."""
     from ghostless.periodic.schedules import describe, schedules
 
     if not list_only:
-        setup_logging(log_level)  # before the app loads: its start-up checks log what Redis would lose
+        setup_logging(log_level, log_format)  # before the app loads: its start-up checks log what Redis would lose
     engine = load_engine(app_spec, redis_url, quiet=list_only)
     if not schedules(engine) and list_only:
         dump([]) if as_json else click.echo("no periodic tasks in the app")

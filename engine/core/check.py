@@ -12,6 +12,9 @@ from .text import text, text_or_none
 SETS = ("dispatch", "leases", "retries", "expiry", "waiting")
 LINE = "ready"  # QUEUED tasks only, in the order workers take them
 START_BY = "start_by"  # unfinished tasks never started that expire, by their expiry
+# The wait lines (lib/record: wait_lines) hold tasks of their state only. A task of that state may
+# be missing from its line: one that began to wait before the lines existed.
+WAIT_LINES = {"pending_since": State.PENDING.value, "queued_since": State.QUEUED.value}
 CHUNK = 500
 
 
@@ -28,7 +31,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
     problems: list[str] = []
     members = {
         name: {text(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
-        for name in SETS + (LINE, START_BY)
+        for name in SETS + (LINE, START_BY, *WAIT_LINES)
     }
     ids = [text(m) for m in r.zrange(k.queue_key(queue, "index"), 0, -1)]
     scanned = {s.value: 0 for s in State}
@@ -87,6 +90,9 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 problems.append(
                     f"{tid}: {status} with expiry {expires or 'none'} but start_by holds {members[START_BY].get(tid)}"
                 )
+            for line, state in WAIT_LINES.items():
+                if tid in members[line] and (status != state or waiting == "1"):
+                    problems.append(f"{tid}: {status} is in the {line} line")
             if status == State.PROCESSING.value:
                 parts = [int(lease_until or 0), int(attempt_dl or 0)] + (
                     [int(stage_dl)] if stage_dl and int(stage_dl) else []

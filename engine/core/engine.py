@@ -19,6 +19,7 @@ from ghostless.core import (
     priority as priority_mod,
     stats as stats_mod,
     sweep as sweep_mod,
+    tracing,
 )
 
 from .cluster import is_cluster
@@ -158,6 +159,7 @@ class Engine(LeaseCalls, Management, Reads):
         return sorted(found | set(self.registry.queues()))
 
     # -- client calls -----------------------------------------------------------------------------
+    @tracing.traced_submit
     def submit(
         self,
         type: str,
@@ -211,15 +213,7 @@ class Engine(LeaseCalls, Management, Reads):
         priority = priority_mod.check(priority)
         delay_ms, due_ms, escalate_ms, expires_ms = submit_times(delay, due_in, escalate_in, expires_in)
         parent_ids, parents = deps.parents(self, tt.queue, depends_on)
-        if notify_url is not None and notify.TYPE not in self.registry:
-            raise ValueError("notify_url needs engine.enable_notifications(secret) in the app")
-        notify_url = (
-            notify.check_url(notify_url)
-            if notify_url is not None
-            else (
-                notify.owner_webhook(self, owner) if notify.TYPE in self.registry and tt.name != notify.TYPE else None
-            )
-        )
+        notify_url = notify.submit_url(self, tt.name, owner, notify_url)
         task_id = new_task_id(tt.queue)
         self._remember_queue(tt.queue)
         digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
@@ -248,6 +242,7 @@ class Engine(LeaseCalls, Management, Reads):
                 notify_url=notify_url or "",
                 quota=quota.spec() if quota else "",
                 expires_ms=expires_ms,
+                traceparent=tracing.traceparent(),
                 parent_ids=tuple(parent_ids),
             ),
             parents,

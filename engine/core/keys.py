@@ -115,6 +115,8 @@ class TaskKeys(NamedTuple):
     notifications: str  # list: ids of the notification tasks made for this task
     owners: str  # hash: per owner, unfinished tasks ('n:<owner>') and their args bytes ('b:<owner>')
     start_by: str  # zset: tasks never started that expire (submit's expires_in), scored by when (ms)
+    pending_since: str  # zset: PENDING tasks ready to run, scored by when they began to wait (ms)
+    queued_since: str  # zset: QUEUED tasks, scored by when they began to wait (ms; lib/record: wait_lines)
 
 
 class Keys:
@@ -165,6 +167,8 @@ class Keys:
             notifications=f"{t}:notifications",
             owners=f"{q}:owners",
             start_by=f"{q}:start_by",
+            pending_since=f"{q}:pending_since",
+            queued_since=f"{q}:queued_since",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:
@@ -245,6 +249,11 @@ class Keys:
         """String: the lock of the scheduler tick (engine/periodic/scheduler.py), per namespace, held by
         the scheduler working now; a short TTL. Outside any hash tag, like ``periodic_state``."""
         return self._untagged("scheduler_lock")
+
+    def sweepers(self) -> str:
+        """Zset: the sweeper registry, sweeper name -> server time (ms) of its last recorded tick,
+        under the global hash tag; silent sweepers drop out (engine/core/sweepers.py)."""
+        return self.global_key("sweepers")
 
     def deadline_channels(self) -> list[str]:
         """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from . import priority
-from .config import WAKE_WITHIN
+from .config import DURATION_BUCKETS, WAKE_WITHIN, ms
 from .errors import Code
 from .keys import TaskKeys
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
@@ -63,6 +63,7 @@ local TERMINAL = {_lua_set(TERMINAL)}
 local DEADLINE_SET = {{{sets}}}
 local PRIORITY_SPAN = {priority.SPAN}
 local WAKE_WITHIN_MS = {int(WAKE_WITHIN * 1000)}
+local BUCKETS_MS = {{{", ".join(str(ms(b)) for b in DURATION_BUCKETS)}}}  -- config.py DURATION_BUCKETS
 local T = {n}  -- the task's keys (engine/core/keys.py TaskKeys); a script's extra keys follow: KEYS[T + 1], ...
 local function taskkeys(o)
   return {{{fields}}}

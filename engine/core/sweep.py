@@ -12,10 +12,11 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from ghostless.core import dependencies as deps, notify
+from ghostless.core import dependencies as deps, notify, sweepers
 
 from .clock import retry_delay
 from .errors import Code, GhostlessError, UnknownTaskType
+from .logs import for_task
 from .replies import RESOLVE_MARK
 from .states import State
 from .text import text, text_or_none
@@ -139,6 +140,7 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
             report.timed_out += r[1] == State.TIMEOUT.value
             reason = r[2].split(":")[0]
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
+            log.info("task %s: lease reclaimed (%s); now %s", tid, r[2], r[1], extra=for_task(tid, queue=queue))
             if r[1] == State.PENDING.value:
                 promoted.append(tid)
     # Before promotions: a parked task past its expiry ends rather than returns.
@@ -236,6 +238,7 @@ def _warn_unknown(type_name: str, task_id: str) -> None:
             "started before the type was added? restart it with the current app)",
             task_id,
             type_name,
+            extra=for_task(task_id),
         )
 
 
@@ -289,8 +292,11 @@ class Wake:
         self.event.clear()
 
 
-def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log=None) -> None:
+def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log=None, name=None) -> None:
     """Sweep until ``stop`` (a threading.Event) is set.
+
+    Each tick is recorded in the sweeper registry under ``name`` (default ``<hostname>.<pid>``:
+    engine/core/sweepers.py), which ``/metrics`` and ``/readyz`` read.
 
     Between ticks it sleeps until the earliest deadline in its sets, capped by
     ``interval``, and a deadline set sooner while it sleeps (a short retry, a short delay)
@@ -304,10 +310,12 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
     stop = stop or threading.Event()
     engine.data_epoch.watch(stop=stop)  # logs an error if Redis loses its data while this runs
     wake = Wake(engine, stop)
+    ticks = sweepers.TickRecorder(engine, name)
     errors = 0
     while not stop.is_set():
         try:
             report = sweep(engine, batch)
+            ticks.record()
             errors = 0
         except (redis.ConnectionError, redis.TimeoutError) as e:
             errors += 1
@@ -326,3 +334,7 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
             log.info(report.summary())
         wait = interval if report.next_in is None else min(interval, report.next_in)
         wake.sleep(max(wait, 0.001))
+    try:
+        sweepers.forget(engine, ticks.name)
+    except redis.RedisError as e:  # it drops out of the registry on its own
+        log.warning("sweeper: could not leave the sweeper registry (%s)", e)

@@ -29,6 +29,7 @@ from rq.utils import now
 from ghostless.core.clients import client_like, no_resends
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
 from ghostless.core.keys import rq_dispatch_id, rq_wake_channel
+from ghostless.core.logs import for_task
 from ghostless.core.text import text_or_none
 from ghostless.execution import (
     runner,  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
@@ -109,16 +110,24 @@ class _EngineHooks(ClusterConnection, RidesOutRedis):
                 self.engine.release(lease, why)
             else:
                 self.engine.fail(lease, "worker_lost", why, retryable=True, retry_in=0)
-            log.warning("task %s: %s (%s)", self._task_id, "released" if release else "reported lost", why)
+            log.warning(
+                "task %s: %s (%s)",
+                self._task_id,
+                "released" if release else "reported lost",
+                why,
+                extra=for_task(self._task_id, lease.attempt),
+            )
         except (GhostlessError, OSError, redis.RedisError) as e:
-            log.warning("could not report task %s after %s: %s", self._task_id, why, e)
+            log.warning("could not report task %s after %s: %s", self._task_id, why, e, extra=for_task(self._task_id))
 
     def _redispatch_unclaimed(self) -> None:
         row = self.engine.redis.hmget(self.engine.keys.task(self._task_id).task, "status", "dispatch_id")
         status, dispatch_id = (text_or_none(v) for v in row)
         if status == "QUEUED" and dispatch_id == getattr(self, "_dispatch_id", None):
             self.engine.dispatch(self._task_id)
-            log.warning("task %s: its job died before the claim; dispatched again", self._task_id)
+            log.warning(
+                "task %s: its job died before the claim; dispatched again", self._task_id, extra=for_task(self._task_id)
+            )
 
 
 class GhostlessWorker(_EngineHooks, Worker):
