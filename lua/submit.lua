@@ -68,7 +68,7 @@ create(K, KEYS[T + 1], {id = task_id, due_at = due_ms > 0 and now + due_ms or ni
   escalate_at = escalate_ms > 0 and now + escalate_ms or nil, type = type_name, owner = owner, queue = queue,
   max_attempts = max_attempts, lease_ms = lease_ms, timeout_ms = timeout_ms, priority = priority,
   backoff = backoff, idempotency_key = idempotency_key ~= '' and idempotency_key or nil, waiting_on = waiting,
-  parents = n_parents > 0 and table.concat(ARGV, ',', 25, 24 + n_parents) or nil,
+  parents = n_parents > 0 and table.concat(ARGV, ',', 26, 25 + n_parents) or nil,
   expires_at = expires_ms > 0 and now + expires_ms or nil,
   notify_url = notify_url ~= '' and notify_url or nil, traceparent = traceparent ~= '' and traceparent or nil,
   -- Its delay holds through waiting on parents (lua/resolve.lua), an edit and a direct claim.
