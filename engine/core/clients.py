@@ -94,11 +94,16 @@ def short_client(client, timeout: float):
     return client_like(client, socket_timeout=timeout, socket_connect_timeout=timeout, **no_resends())
 
 
-def heartbeat_client(client, lease: float):
+WAIT_MARGIN = 0.25  # seconds a WAIT's answer may take beyond its own timeout
+
+
+def heartbeat_client(client, lease: float, wait: float = 0.0):
     """The client heartbeats of a ``lease``-second lease go on: a heartbeat fails within a third
     of the lease instead of after the engine client's timeout and resends (~10 s, whatever the
-    lease), so the holder learns within the lease that it can no longer renew it."""
-    return short_client(client, max(lease / 3, 0.01))
+    lease), so the holder learns within the lease that it can no longer renew it. ``wait``: the
+    longest a heartbeat's WAIT may block (``Config.wait_timeout`` with ``wait_replicas``), plus a
+    margin, when that is longer: the WAIT answers (ReplicationTimeout) rather than being cut off."""
+    return short_client(client, max(lease / 3, wait + WAIT_MARGIN if wait else 0.0, 0.01))
 
 
 def _settings(connection_kwargs: dict) -> dict:

@@ -191,11 +191,13 @@ class LeaseCalls:
         Sent on a client of its own whose timeouts are bounded by the lease (``heartbeat_client``).
         Raises LeaseLost, TaskCancelled (a LeaseLost) when the task was cancelled, AttemptEnded (a
         LeaseLost, quiet) when the lease's attempt has already reported its outcome, and the
-        client's redis errors (a timeout within a third of the lease)."""
+        client's redis errors (a timeout within a third of the lease, or ``Config.wait_timeout``
+        when it waits longer)."""
         clients = self.__dict__.setdefault("_heartbeat_clients", {})
         via = clients.get(lease.lease)
         if via is None:
-            via = clients[lease.lease] = heartbeat_client(self.redis, lease.lease)
+            wait = self.config.wait_timeout if self.config.wait_replicas else 0.0
+            via = clients[lease.lease] = heartbeat_client(self.redis, lease.lease, wait)
         reply = self.scripts.heartbeat(self.keys.task(lease.task_id), lease, ms(lease.lease), via=via)
         return int(reply[1]) / 1000
 

@@ -183,3 +183,17 @@ def test_a_replayed_submit_waits_for_the_write_it_replays(breakable):
     assert replayed.replayed
     rr = breakable.replica_reader(key)
     assert rr.hget(engine.keys.task(replayed.id).task, "status") == b"PENDING"  # on the replica now
+
+
+def test_a_heartbeat_waits_out_its_wait_timeout_even_when_it_exceeds_a_third_of_the_lease(breakable):
+    """A heartbeat's socket timeout is a third of its lease; with a longer wait_timeout the WAIT
+    itself was cut off as a socket timeout (a failed heartbeat) instead of answering
+    ReplicationTimeout (the renewal happened on the primary)."""
+    patient, engine = durable(breakable), durable(breakable, timeout=TIMEOUT)
+    for e in (patient, engine):
+        e.task(name="brief-lease", queue="default", lease=0.6)(lambda ctx: None)  # a third: 0.2 s < 0.3 s
+    lease = patient.claim(patient.submit("brief-lease", {}, owner="alice").id, "w1")
+    with stopped(breakable.replica_for(engine.keys.task(lease.task_id).task)):
+        with pytest.raises(ReplicationTimeout) as err:
+            engine.heartbeat(lease)
+    assert (err.value.verb, err.value.acked) == ("heartbeat", 0)

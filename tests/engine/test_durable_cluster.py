@@ -26,6 +26,8 @@ def durable(client, timeout: float = PATIENT, replicas: int = 1) -> Engine:
     engine.scripts.ensure_loaded()  # on every primary: no NOSCRIPT (and its first WAIT) in the counts
     for q in QUEUES:
         engine.task(name=f"job-{q}", queue=q, lease=0.05, max_attempts=2, backoff=[0.05])(lambda ctx, **kw: None)
+        # a heartbeat's socket timeout is a third of its lease: longer than the waits here
+        engine.task(name=f"long-{q}", queue=q, lease=3.0, max_attempts=2)(lambda ctx, **kw: None)
     return engine
 
 
@@ -121,7 +123,7 @@ def test_durable_writes_carry_on_through_a_manual_failover_and_a_killed_primary(
     quick = durable(engine.redis, timeout=TIMEOUT)
     q = next(iter(by_shard(setup, engine).values()))
     key = engine.keys.queue_key(q, "index")
-    task = engine.submit(f"job-{q}", {}, owner="alice")
+    task = engine.submit(f"long-{q}", {}, owner="alice")
 
     old = setup.primary_for(key)
     private_cluster.promote(private_cluster.replica_of(old))
