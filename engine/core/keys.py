@@ -54,7 +54,14 @@ def queue_tag(queue: str) -> str:
 def rq_queue_name(namespace: str, queue: str, priority: int = 0, tagged: bool = False) -> str:
     """The RQ queue of one priority of a queue: ``gl.images`` (0), ``gl.images@+5``,
     ``gl.images@-3``; tagged: ``gl.{images}@+5``."""
-    return f"{namespace}.{queue_tag(queue) if tagged else queue}" + (f"@{priority:+d}" if priority else "")
+    return f"{rq_queue_prefix(namespace)}{queue_tag(queue) if tagged else queue}" + (
+        f"@{priority:+d}" if priority else ""
+    )
+
+
+def rq_queue_prefix(namespace: str) -> str:
+    """What every RQ queue name of a namespace's queues starts with: ``gl.``."""
+    return f"{namespace}."
 
 
 def rq_job_id(queue: str, dispatch_id: str) -> str:

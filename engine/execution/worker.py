@@ -28,7 +28,7 @@ from rq.utils import now
 
 from ghostless.core.clients import client_like, no_resends
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
-from ghostless.core.keys import rq_dispatch_id, rq_wake_channel
+from ghostless.core.keys import rq_dispatch_id, rq_queue_prefix, rq_wake_channel
 from ghostless.core.logs import for_task
 from ghostless.core.text import text_or_none
 from ghostless.execution import (
@@ -292,7 +292,7 @@ def plain_rq_queues(engine, rq_queues: list[str] | None) -> list[str]:
     legacy = list(dict.fromkeys(rq_queues or []))
     if legacy and is_cluster(engine.redis):
         raise ValueError("--rq-queue: plain RQ queues cannot be served on a Redis Cluster (RQ's keys span slots)")
-    prefix = f"{engine.keys.ns}."
+    prefix = rq_queue_prefix(engine.keys.ns)
     for name in legacy:
         if not name or name.startswith(prefix) or any(c.isspace() for c in name):
             raise ValueError(f"--rq-queue {name!r}: not a plain RQ queue name (ghostless's own start with {prefix!r})")
