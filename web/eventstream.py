@@ -75,6 +75,10 @@ class EventStream:
                 log.warning("event stream ended early: %s", e)
             self._opening = None
             self._quiet_until = time.monotonic() + self.keepalive
+            if self._render is not None:
+                # Nothing to write, before the wait: the server holds the last message it wrote
+                # (the snapshot, the stream's largest) until the next one, for as long as it idles.
+                return b""
         if self._render is not None:
             text = self._live()
             if text is not None:
