@@ -105,6 +105,9 @@ class EventStream:
                     self._render = None  # this one is the last
                 return text
 
+    def __del__(self) -> None:  # dropped unclosed (never by a WSGI server): let go all the same
+        self.close()
+
     def close(self) -> None:
         self._render = None
         opening, self._opening = self._opening, None

@@ -337,3 +337,15 @@ def test_an_idle_stream_waits_a_few_plain_calls_below_the_server_reading_it(app,
     assert not reader.is_alive()  # the stream ended after the terminal event
     body.close()
     assert broker.subscribers() == 0
+
+
+def test_a_stream_body_dropped_without_being_closed_still_lets_go_of_its_subscriber(app, engine):
+    import gc
+
+    task = task_in(engine, State.PROCESSING)
+    broker = app.extensions["ghostless"].broker
+    body = task_stream(engine, broker, task.id, None, 0.05, 1000)
+    assert next(body).startswith(b"retry:") and broker.subscribers() == 1
+    del body
+    gc.collect()
+    assert broker.subscribers() == 0
