@@ -215,11 +215,6 @@ def _gevent(app_spec: str, host: str, port: int, workers: int, connections: int)
         str(workers),
         "--worker-connections",
         str(connections),
-        # Room for a reconnect storm's connections to wait to be accepted: past the listen queue
-        # the kernel drops them, and each comes back only after TCP's SYN back-off (1, 3, 7, 15 s).
-        # The kernel caps it at net.core.somaxconn (docs/operations.md).
-        "--backlog",
-        str(connections),
         "--bind",
         f"{host}:{port}",
         "--timeout",

@@ -220,19 +220,6 @@ def test_web_serves_with_gevent_by_default_sized_for_ten_thousand_streams(cli, m
     assert connections + serve_mod.FD_SPARE <= 20_000  # within a 20,000 open-files limit
 
 
-def test_the_gevent_server_queues_a_reconnect_storm_rather_than_dropping_it(monkeypatch):
-    """Every page of a restarted process reconnects at once: the listen queue holds as many
-    connections as a worker serves (the kernel caps it at net.core.somaxconn), not gunicorn's 2,048."""
-    import ghostless.web.serve as serve_mod
-
-    execs = []
-    monkeypatch.setattr(serve_mod.os, "execv", lambda path, args: execs.append(args))
-    monkeypatch.setattr(serve_mod, "raise_open_files", lambda need: need)
-    serve_mod._gevent(APP, "127.0.0.1", 8000, 2, 12000)
-    [args] = execs
-    assert args[args.index("--backlog") + 1] == "12000"
-
-
 def test_web_with_server_gthread_serves_with_threads(cli, monkeypatch):
     run, _ = cli
     import ghostless.web.serve as serve_mod
