@@ -46,7 +46,13 @@ class Dropped(Exception):
 
 class Subscriber:
     """One client's bounded buffer; the broker thread offers, the client's thread takes.
-    ``index`` is what it watches: ("task", id), ("owner", name) or ("all", "")."""
+    ``index`` is what it watches: ("task", id), ("owner", name) or ("all", "").
+
+    Light, as a process holds thousands (bench/watchers.py): one lock, held while there is
+    nothing to take and released as the wake-up signal (no Condition, whose every wait makes a
+    lock of its own), and a deque (append and popleft are atomic)."""
+
+    __slots__ = ("_events", "_wake", "dropped", "ended", "index", "limit")
 
     def __init__(self, limit: int, index: tuple[str, str] = ("all", "")):
         self.index = index
@@ -54,41 +60,51 @@ class Subscriber:
         self.dropped = False
         self.ended = False  # by web/guard.py: its client left or its credential is gone
         self._events: deque[dict] = deque()
-        self._cond = threading.Condition()
+        self._wake = threading.Lock()
+        self._wake.acquire()  # held: no signal; released: something to look at
+
+    def _signal(self) -> None:
+        try:
+            self._wake.release()
+        except RuntimeError:  # already signalled
+            pass
 
     def offer(self, event: dict) -> bool:
         """Buffer an event; False (and dropped from then on) when the buffer is full."""
-        with self._cond:
-            if self.dropped:
-                return False
-            if len(self._events) >= self.limit:
-                self.dropped = True
-            else:
-                self._events.append(event)
-            self._cond.notify()
-            return not self.dropped
+        if self.dropped:
+            return False
+        if len(self._events) >= self.limit:
+            self.dropped = True
+        else:
+            self._events.append(event)
+        self._signal()
+        return not self.dropped
 
     def end(self) -> None:
         """End its stream now (its next ``next`` raises Dropped, buffered events left unsent)."""
-        with self._cond:
-            self.ended = True
-            self._cond.notify()
+        self.ended = True
+        self._signal()
 
     def next(self, timeout: float) -> dict | None:
         """The next buffered event, or None after ``timeout`` seconds without one.
 
         Raises Dropped once the buffered events are used up after a drop, and at once after ``end``.
         """
-        with self._cond:
-            if not self._events and not self.dropped and not self.ended:
-                self._cond.wait(timeout)
+        deadline = None
+        while True:
             if self.ended:
                 raise Dropped()
             if self._events:
                 return self._events.popleft()
             if self.dropped:
                 raise Dropped()
-            return None
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            # Woken by a signal (perhaps one left over from an event already taken) or the timeout: look again.
+            self._wake.acquire(timeout=left)
 
     def __len__(self) -> int:
         return len(self._events)

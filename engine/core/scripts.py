@@ -357,11 +357,16 @@ class Scripts:
         for task_id in task_keys:
             by_queue.setdefault(parse_task_id(task_id), []).append(task_id)
         head = ["1" if owner is None else "0", owner or "", "1" if full else "0"]
-        pipe = self.pipeline()
-        for ids in by_queue.values():
-            self._call("read", [k for i in ids for k in task_keys[i]], [*head, *ids], client=pipe)
+        calls = [([k for i in ids for k in task_keys[i]], [*head, *ids]) for ids in by_queue.values()]
+        if len(calls) == 1:  # EVALSHA itself: one round trip (a pipeline of scripts asks SCRIPT EXISTS first)
+            raws = [self._scripts["read"](keys=calls[0][0], args=[*self._cfg, *calls[0][1]])]
+        else:
+            pipe = self.pipeline()
+            for keys, args in calls:
+                self._call("read", keys, args, client=pipe)
+            raws = pipe.execute() if calls else []
         out: dict[str, Any] = {}
-        for ids, reply in zip(by_queue.values(), pipe.execute() if by_queue else []):
+        for ids, reply in zip(by_queue.values(), raws):
             out.update(zip(ids, parse(reply)[1:]))
         return out
 
