@@ -193,7 +193,6 @@ def test_a_heartbeat_waits_out_its_wait_timeout_even_when_it_exceeds_a_third_of_
     for e in (patient, engine):
         e.task(name="brief-lease", queue="default", lease=0.6)(lambda ctx: None)  # a third: 0.2 s < 0.3 s
     lease = patient.claim(patient.submit("brief-lease", {}, owner="alice").id, "w1")
-    with stopped(breakable.replica_for(engine.keys.task(lease.task_id).task)):
-        with pytest.raises(ReplicationTimeout) as err:
-            engine.heartbeat(lease)
+    with stopped(breakable.replica_for(engine.keys.task(lease.task_id).task)), pytest.raises(ReplicationTimeout) as err:
+        engine.heartbeat(lease)
     assert (err.value.verb, err.value.acked) == ("heartbeat", 0)

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from ghostless import Engine
+from ghostless.core.sweepers import record_tick
 from ghostless.web import close_app, create_app
 from ghostless.web.broker import Broker
 from ghostless.web.positions import Positions
@@ -140,6 +141,8 @@ def test_ghostless_web_serves_a_cluster_url(redis_cluster):
             timeout=30,
             what="ghostless web on the cluster to serve /healthz",
         )
+        assert _get(f"http://127.0.0.1:{port}/readyz")[0] == 503  # no sweeper has ticked yet
+        record_tick(Engine.from_url(redis_cluster.url, namespace="t", dispatcher=None), "test-sweeper")
         assert _get(f"http://127.0.0.1:{port}/readyz")[0] == 200
     finally:
         proc.stop()
