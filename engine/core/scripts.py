@@ -350,25 +350,22 @@ class Scripts:
         then history entries and the queue stream's newest id), or ``[]`` for a missing task or one
         not ``owner``'s (None: anyone's), whose args, result and history are never read.
 
-        One atomic script per queue, all in one round trip without MULTI/EXEC, so it reads a
-        Redis at maxmemory too.
+        One atomic script per queue, all in one round trip without MULTI/EXEC (so it reads a Redis
+        at maxmemory too); one queue's is EVALSHA itself (a pipeline of scripts asks SCRIPT EXISTS first).
         """
         by_queue: dict[str | None, list[str]] = {}
         for task_id in task_keys:
             by_queue.setdefault(parse_task_id(task_id), []).append(task_id)
         head = ["1" if owner is None else "0", owner or "", "1" if full else "0"]
         calls = [([k for i in ids for k in task_keys[i]], [*head, *ids]) for ids in by_queue.values()]
-        if len(calls) == 1:  # EVALSHA itself: one round trip (a pipeline of scripts asks SCRIPT EXISTS first)
+        if len(calls) == 1:
             raws = [self._scripts["read"](keys=calls[0][0], args=[*self._cfg, *calls[0][1]])]
         else:
             pipe = self.pipeline()
             for keys, args in calls:
                 self._call("read", keys, args, client=pipe)
             raws = pipe.execute() if calls else []
-        out: dict[str, Any] = {}
-        for ids, reply in zip(by_queue.values(), raws):
-            out.update(zip(ids, parse(reply)[1:]))
-        return out
+        return {i: r for ids, reply in zip(by_queue.values(), raws) for i, r in zip(ids, parse(reply)[1:])}
 
 
 def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int | None]:

@@ -191,10 +191,19 @@ class Cluster:
         _wait(self._covered, timeout, "cluster_state:ok with every slot served on every node")
 
     def wait_replicas_synced(self, timeout: float = 30.0) -> None:
+        """Until every replica is linked to its master and has every write its master had when
+        this was called (replication is asynchronous: a write acknowledged just now may not be
+        on the replica yet)."""
+        offsets = {
+            m.port: m.client(socket_timeout=1).info("replication")["master_repl_offset"] for m in self.master_nodes()
+        }
+
         def synced() -> bool:
             for node in self.replica_nodes():
                 info = node.client(socket_timeout=1).info("replication")
                 if info.get("master_link_status") != "up":
+                    return False
+                if info.get("slave_repl_offset", -1) < offsets.get(info.get("master_port"), 0):
                     return False
                 if node.client(socket_timeout=1).info("persistence").get("loading"):
                     return False
