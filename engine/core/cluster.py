@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 
 def is_cluster(client: object) -> bool:
-    """Whether ``client`` is a Redis Cluster client (keys spread over shards by slot)."""
-    return isinstance(client, RedisCluster)
+    """Whether ``client`` is a Redis Cluster client (keys spread over shards by slot), of
+    redis-py or of redis.asyncio."""
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))
 
 
 def batch(client, scripts: Iterable[Script]):

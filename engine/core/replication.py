@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from redis.cluster import RedisCluster
-
+from .cluster import is_cluster
 from .config import Config, ms
 from .errors import RedisSetupError, ReplicationTimeout
 
@@ -34,7 +33,7 @@ class Waiter:
             raise RedisSetupError(
                 f"wait_replicas={self.replicas} needs a Redis server with replicas; fakeredis has no WAIT"
             )
-        if self.replicas and isinstance(redis, RedisCluster):
+        if self.replicas and is_cluster(redis):
             # A cluster client sends a keyless WAIT to any node, not on the connection that ran the
             # script: it would count another shard's writes.
             raise RedisSetupError(f"wait_replicas={self.replicas} is not supported on Redis Cluster yet")
