@@ -30,3 +30,8 @@ def _example(doc: str, name: str) -> str:
 
 def test_the_wait_example_in_features_runs():
     exec(compile(_example("docs/features.md", "wait"), "docs/features.md:wait", "exec"), {"__name__": "example"})
+
+
+def test_the_asyncio_example_in_features_runs():
+    code = compile(_example("docs/features.md", "asyncio"), "docs/features.md:asyncio", "exec")
+    exec(code, {"__name__": "example"})
