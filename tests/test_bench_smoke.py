@@ -63,3 +63,13 @@ def test_the_watchers_benchmark_runs(capsys):
     assert n == 20 and opened > 0, row  # the default server serves some pages, whatever its caps
     assert 0 < delivered <= expected, row  # progress events reached the open pages, each at most once
     assert "errors by kind:" in out
+
+
+def test_the_aio_benchmark_runs(monkeypatch, capsys):
+    need_redis_server()
+    from bench import aio
+
+    monkeypatch.setattr(aio, "ROUNDS", 1)
+    monkeypatch.setattr(aio, "N", 20)
+    assert aio.main() in (0, 1)  # tiny sizes: the figures say nothing, the run must work
+    assert "aio: async/sync per submit" in capsys.readouterr().out
