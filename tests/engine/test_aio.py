@@ -182,6 +182,34 @@ def test_an_async_submit_dispatches_to_the_executor_as_the_engines_does(engine):
     assert delayed.status == State.PENDING
 
 
+def test_an_async_edit_and_retry_dispatch_the_task_they_reopen(engine):
+    executor = FakeDispatcher()
+    dispatching = sibling(engine, dispatcher=executor)
+    task = dispatching.submit("render", {"prompt": "a"}, owner="alice")
+    failed = dispatching.submit("render", {"prompt": "b"}, owner="alice")
+    dispatching.fail(dispatching.claim(failed.id, "w1"), "bad_prompt", "refused")
+    executor.enqueued.clear()
+
+    async def body(aengine):
+        new = await aengine.edit(task.id, {"prompt": "a2"}, by="alice")
+        await aengine.retry(failed.id, by="alice")
+        return new
+
+    new = run_async(dispatching, body)
+    assert [t for t, _, _ in executor.enqueued] == [new.id, failed.id]
+    assert new.status == State.QUEUED and dispatching.get(failed.id).status == State.QUEUED
+
+
+def test_each_async_call_runs_the_engines_own_body():
+    """No second copy of the logic: both engines' methods wrap the one body (engine/core/steps.py)."""
+    from ghostless import Engine
+
+    calls = ["submit", "get", "get_many", "history", "checkpoints", "list_tasks", "queues", "cancel", "edit"]
+    for name in [*calls, "retry", "wait", "result"]:
+        assert getattr(AsyncEngine, name).__wrapped__ is getattr(Engine, name).__wrapped__, name
+        assert getattr(AsyncEngine, name).__doc__ == getattr(Engine, name).__doc__
+
+
 def test_cancelling_a_parent_resolves_its_waiting_child_at_once(engine):
     parent = engine.submit("render", {}, owner="alice")
     child = engine.submit("render", {}, owner="alice", depends_on=[parent.id])
