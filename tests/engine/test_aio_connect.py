@@ -122,3 +122,11 @@ def test_from_url_shares_the_engine_it_is_given(redis_server):
         AsyncEngine.from_url(redis_server.url, engine=engine, namespace="other")
     task, result, _read = round_trip(aengine)
     assert result == {"url": "cat"} and engine.get(task.id).status == State.SUCCESS
+
+
+def test_wait_replicas_is_refused_on_an_async_cluster_client_as_on_a_sync_one():
+    from ghostless import RedisSetupError
+    from ghostless.core.replication import Waiter
+
+    with pytest.raises(RedisSetupError, match="Redis Cluster"):
+        Waiter(connect_async("redis+cluster://127.0.0.1:1"), Config(wait_replicas=1))
