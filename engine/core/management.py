@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from . import task_calls
 from .errors import Code, IllegalTransition, TaskNotFound, refusing_full
 from .models import Task
-from .quota import Quota
 from .states import State
 from .steps import sync_call
 from .validate import text as _text
@@ -18,13 +17,14 @@ from .validate import text as _text
 if TYPE_CHECKING:
     from .dispatch import Dispatcher
     from .keys import Keys, TaskKeys
-    from .registry import Registry, TaskType
+    from .registry import Registry
     from .scripts import Scripts
 
 
 class Management:
     """Mixed into Engine; uses its redis, keys, registry, scripts, dispatcher and its helpers
-    (``_keys``, ``_require``, ``_args_json``, ``dispatch``, ``get``)."""
+    (``_keys``, ``_require``, ``dispatch``, ``get``, ``queues``, ``list_tasks``). Its cancel, edit
+    and retry are written in engine/core/task_calls.py."""
 
     # What Engine sets in __init__ and defines, declared here for the type checker.
     redis: Any
@@ -37,7 +37,6 @@ class Management:
 
         def _keys(self, task_id: str) -> TaskKeys: ...
         def _require(self, task_id: str) -> Task: ...
-        def _args_json(self, args: Any, tt: TaskType, quota: Quota | None) -> str: ...
         def dispatch(self, task_id: str) -> str | None: ...
         def get(self, task_id: str, owner: str | None = None) -> Task | None: ...
         def queues(self) -> list[str]: ...
