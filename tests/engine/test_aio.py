@@ -250,3 +250,19 @@ def test_listing_queues_and_checkpoints_read_alike(engine):
     assert alices == engine.list_tasks("alice")[0] and everyone == engine.list_tasks(None, queue="images")[0]
     assert checkpoints == {"frames": {"done": 3}} == engine.checkpoints(first.id)
     assert queues == engine.queues() == ["images", "other"]
+
+
+def test_an_async_submit_takes_the_owners_default_webhook(engine):
+    engine.enable_notifications("s" * 32)
+    engine.set_webhook("alice", "https://alice.example/hook")
+
+    async def body(aengine):
+        default = await aengine.submit("render", {}, owner="alice")
+        own = await aengine.submit("render", {}, owner="alice", notify_url="https://other.example/h")
+        with pytest.raises(ValueError, match="notify_url"):
+            await aengine.submit("render", {}, owner="alice", notify_url="ftp://nope")
+        return default, own
+
+    default, own = run_async(engine, body)
+    assert default.notify_url == "https://alice.example/hook" == engine.get(default.id).notify_url
+    assert own.notify_url == "https://other.example/h"
