@@ -19,12 +19,13 @@ import asyncio
 from ghostless.core import dependencies as deps
 
 from . import listing, submit_call, task_calls, waiting
+from .aio_watch import StreamWatch
 from .cluster import is_cluster
 from .connect import connect_async
 from .engine import Engine
 from .plans import Plan
 from .scripts import AsyncScripts
-from .steps import Blocking, Command, ReadTasks, async_call
+from .steps import Blocking, Command, Events, ReadTasks, async_call
 
 
 class AsyncEngine:
@@ -53,6 +54,7 @@ class AsyncEngine:
         self.redis = redis
         self.engine = engine
         self.scripts = AsyncScripts(redis, engine.config, on_resolve=self._resolve)
+        self._watch = StreamWatch(redis)  # waiters share one stream reader per queue
         # redis.asyncio's RedisCluster learns the slot map at its first command, and concurrent
         # first commands (and scripts) break it (redis-py #3935): it is initialized once, first.
         self._ready = not is_cluster(redis)
@@ -108,6 +110,8 @@ class AsyncEngine:
             return await getattr(self.redis, step.name)(*step.args, **step.kwargs)
         if isinstance(step, ReadTasks):
             return await self.scripts.read(*step)
+        if isinstance(step, Events):
+            return await self._watch.next_events(step)
         if isinstance(step, Blocking):
             return await asyncio.to_thread(step.fn, *step.args)
         return self.redis  # CLIENT
@@ -123,7 +127,8 @@ class AsyncEngine:
         await asyncio.to_thread(deps.resolve_due, self.engine, waiting_key)
 
     async def aclose(self) -> None:
-        """Close the async client (the Engine's client is the app's)."""
+        """Stop the stream readers, close the async client (the Engine's client is the app's)."""
+        await self._watch.aclose()
         await self.redis.aclose()
 
     async def __aenter__(self) -> AsyncEngine:

@@ -20,6 +20,7 @@ from ghostless.core import (
     stats as stats_mod,
     submit_call,
     sweep as sweep_mod,
+    waiting,
 )
 
 from .cluster import is_cluster
@@ -38,7 +39,7 @@ from .reads import Reads
 from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts
 from .server import check_server
-from .steps import Blocking, Command, ReadTasks, sync_call
+from .steps import Blocking, Command, Events, ReadTasks, sync_call
 from .text import text_or_none
 from .users import Users
 from .validate import json_text as _json_text, text as _text
@@ -160,6 +161,8 @@ class Engine(LeaseCalls, Management, Reads):
             return getattr(self.redis, step.name)(*step.args, **step.kwargs)
         if isinstance(step, ReadTasks):
             return self.scripts.read(*step)
+        if isinstance(step, Events):
+            return waiting.next_events(self.redis, step)
         if isinstance(step, Blocking):
             return step.fn(*step.args)
         return self.redis  # CLIENT

@@ -7,6 +7,10 @@ The steps:
 - a ``Plan`` (engine/core/plans.py): one script call; answered with its checked reply.
 - ``Command(name, args, kwargs)``: one Redis command, by its client method's name.
 - ``ReadTasks(task_keys, owner, full)``: the read script per queue (``Scripts.read``).
+- ``Events(key, queue, task_id, position, block_ms)``: block up to ``block_ms`` for the queue
+  stream's events after ``position``; answered with (new position, whether the task's terminal
+  transition was among them). The Engine sends its own XREAD; the AsyncEngine's waiters share one
+  reader per stream (engine/core/aio_watch.py).
 - ``Blocking(fn, args)``: a call of the sync Engine that has no asyncio form: the RQ enqueue of a
   dispatch (RQ is sync redis-py), the resolution of waiting children, the first use of a queue.
   The Engine calls it; the AsyncEngine runs it in a worker thread (``asyncio.to_thread``).
@@ -38,6 +42,14 @@ class ReadTasks(NamedTuple):
     task_keys: dict
     owner: str | None
     full: bool = False
+
+
+class Events(NamedTuple):
+    key: str
+    queue: str
+    task_id: str
+    position: str
+    block_ms: int
 
 
 class Blocking(NamedTuple):

@@ -12,7 +12,8 @@ blocking read lasts at most ``MAX_BLOCK`` seconds (and half the client's socket 
 which the task is read again, so an event trimmed from a full stream, or a stream lost with its
 Redis, delays the answer by one block at most. A waiter reads its whole queue's events: cheap for
 a few waiters, but thousands of waiters on one busy queue each read every event (the web's task
-pages share one reader per process instead, web/broker.py).
+pages share one reader per process instead, web/broker.py; so do the AsyncEngine's waiters,
+engine/core/aio_watch.py: the ``Events`` step is where the two engines differ).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from .errors import TaskFailed, TaskNotFound, WaitTimeout
 from .models import Task
 from .states import State
-from .steps import CLIENT, Call, Command
+from .steps import CLIENT, Call, Command, Events
 from .streams import is_terminal, stream_event
 from .task_calls import get
 from .text import text
@@ -61,8 +62,7 @@ def wait(engine, task_id: str, timeout: float | None = None, owner: str | None =
         if left is not None and left <= 0:
             raise WaitTimeout(task_id, timeout or 0.0, task)
         wait_ms = max(1, int(min(block, left or block) * 1000))
-        reply = yield Command("xread", ({key: position},), {"count": BATCH, "block": wait_ms})
-        position, ended = _scan(reply, task.queue, task_id, position)
+        position, ended = yield Events(key, task.queue, task_id, position, wait_ms)
         if ended or time.monotonic() - read_at >= block:  # its end, or a look now and then
             task = yield from get(engine, task_id, owner)
             read_at = time.monotonic()
@@ -78,7 +78,13 @@ def result(engine, task_id: str, timeout: float | None = None, owner: str | None
     return task.result
 
 
-def _scan(reply, queue: str, task_id: str, position: str) -> tuple[str, bool]:
+def next_events(client, step: Events) -> tuple[str, bool]:
+    """An ``Events`` step on redis-py: one XREAD of the waiter's own."""
+    reply = client.xread({step.key: step.position}, count=BATCH, block=step.block_ms)
+    return scan(reply, step.queue, step.task_id, step.position)
+
+
+def scan(reply, queue: str, task_id: str, position: str) -> tuple[str, bool]:
     """The new position after an XREAD's events, and whether the task's terminal transition was
     among them."""
     ended = False

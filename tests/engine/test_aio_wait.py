@@ -10,7 +10,7 @@ import pytest
 
 from ghostless import State, TaskFailed, TaskNotFound, WaitTimeout
 from ghostless.core import waiting
-from ghostless.core.steps import Command, ReadTasks
+from ghostless.core.steps import Events, ReadTasks
 from tests.support.aio import run_async
 
 
@@ -22,8 +22,8 @@ def no_polling(monkeypatch):
 
 
 class Steps(list):
-    """The steps the AsyncEngine's calls take, in order; ``blocked(n)`` returns once ``n`` XREADs
-    have been sent (the waiters block on the stream)."""
+    """The steps the AsyncEngine's calls take, in order; ``blocked(n)`` returns once waiters have
+    gone to the stream's events ``n`` times (they block on its reader)."""
 
     def __init__(self, aengine, monkeypatch):
         super().__init__()
@@ -31,7 +31,7 @@ class Steps(list):
 
         async def spy(step):
             self.append(step)
-            if isinstance(step, Command) and step.name == "xread":
+            if isinstance(step, Events):
                 async with self.sent:
                     self.reads += 1
                     self.sent.notify_all()
@@ -57,7 +57,7 @@ def test_the_wait_ends_on_the_tasks_terminal_event_not_by_polling(engine, no_pol
     async def body(aengine):
         steps = Steps(aengine, monkeypatch)
         waiter = asyncio.create_task(aengine.result(task.id, timeout=30))
-        await steps.blocked()  # the waiter is in XREAD (for 60 s): only an event can wake it
+        await steps.blocked()  # the waiter waits on the stream (for 60 s): only an event can wake it
         await asyncio.to_thread(work)
         return await asyncio.wait_for(waiter, 20), steps
 
@@ -119,7 +119,7 @@ def test_many_waiters_share_the_loop_without_a_thread_each(engine, no_polling, m
     async def body(aengine):
         steps = Steps(aengine, monkeypatch)
         waiters = [asyncio.create_task(aengine.result(t.id, timeout=30)) for t in tasks]
-        await steps.blocked(len(tasks))  # every waiter in XREAD
+        await steps.blocked(len(tasks))  # every waiter on the stream
         during = threading.active_count()
         for i, task in enumerate(tasks):
             await asyncio.to_thread(lambda t=task, n=i: engine.complete(engine.claim(t.id, "w"), n))
@@ -128,3 +128,61 @@ def test_many_waiters_share_the_loop_without_a_thread_each(engine, no_polling, m
     results, during = run_async(engine, body)
     assert results == list(range(20))
     assert during - threads_before < 5  # not one per waiter
+
+
+def test_more_waiters_than_the_pool_has_connections_share_one_reader(engine, no_polling, monkeypatch):
+    """redis.asyncio's pool holds 100 connections: 150 waiters each blocked in its own XREAD would
+    not fit (MaxConnectionsError), nor leave one for other calls."""
+    tasks = [engine.submit("render", {"n": i}, owner="alice") for i in range(150)]
+
+    def work():
+        for i, task in enumerate(tasks):
+            engine.complete(engine.claim(task.id, "w"), i)
+
+    async def body(aengine):
+        steps = Steps(aengine, monkeypatch)
+        blocked, real_xread = {"now": 0, "most": 0}, aengine.redis.xread
+
+        async def xread(*args, **kwargs):  # XREADs in flight: connections held by waiting
+            blocked["now"] += 1
+            blocked["most"] = max(blocked["most"], blocked["now"])
+            try:
+                return await real_xread(*args, **kwargs)
+            finally:
+                blocked["now"] -= 1
+
+        monkeypatch.setattr(aengine.redis, "xread", xread)
+        waiters = []
+        for start in range(0, len(tasks), 50):  # 50 at a time: their first reads take a connection each
+            waiters += [asyncio.create_task(aengine.result(t.id, timeout=60)) for t in tasks[start : start + 50]]
+            await steps.blocked(len(waiters))
+        await asyncio.to_thread(work)  # 150 waiting at once
+        return await asyncio.wait_for(asyncio.gather(*waiters), 30), blocked["most"]
+
+    results, most_blocked = run_async(engine, body)
+    assert results == list(range(150))
+    assert most_blocked == 1  # one reader for the queue's stream, not one XREAD per waiter
+
+
+def test_a_readers_error_is_raised_in_its_waiters_and_the_next_wait_reads_again(engine, no_polling, monkeypatch):
+    import redis
+
+    task = engine.submit("render", {}, owner="alice")
+
+    async def body(aengine):
+        real_xread = aengine.redis.xread
+
+        async def down(*args, **kwargs):
+            raise redis.ConnectionError("Redis went away")
+
+        monkeypatch.setattr(aengine.redis, "xread", down)
+        with pytest.raises(redis.ConnectionError, match="went away"):
+            await aengine.wait(task.id, timeout=30)
+        monkeypatch.setattr(aengine.redis, "xread", real_xread)
+        steps = Steps(aengine, monkeypatch)
+        waiter = asyncio.create_task(aengine.result(task.id, timeout=30))
+        await steps.blocked()
+        await asyncio.to_thread(lambda: engine.complete(engine.claim(task.id, "w1"), "done"))
+        return await asyncio.wait_for(waiter, 20)
+
+    assert run_async(engine, body) == "done"
