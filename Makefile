@@ -11,7 +11,7 @@ MIN_TESTS := tests/engine/test_submit.py tests/engine/test_claim.py tests/engine
 	tests/worker/test_redis_outage.py tests/worker/test_cut_off.py tests/worker/test_redis_restart.py \
 	tests/web/test_api.py tests/web/test_sse.py tests/cli/test_submit.py tests/test_demo.py
 
-.PHONY: test lint fmt demo bench chaos check-min clean
+.PHONY: test lint fmt demo bench chaos chaos-cluster check-min clean
 
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -64,6 +64,20 @@ bench: $(STAMP)
 # The chaos soak at full size (tests/chaos/test_soak.py runs 500 tasks in `make test`).
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.soak --tasks 10000
+
+# The chaos soak through failovers (tests/chaos/test_failover.py runs a short one of each in `make test`):
+# on a Redis Cluster (3 masters + 3 replicas, a master SIGKILLed at 25/50/75 % of the tasks, one shard
+# after another) and through Sentinel (the primary SIGKILLed), each without and with wait_replicas=1,
+# the replica cut off CHAOS_LAG seconds before each kill. Prints what each run lost (about 20 min;
+# docs/operations.md, "Failover: what can be lost").
+CHAOS_FAILOVER_TASKS ?= 2000
+CHAOS_LAG ?= 0.5
+chaos-cluster: $(STAMP)
+	@status=0; for backend in cluster sentinel; do for wait in 0 1; do \
+	  echo "== $$backend, wait_replicas=$$wait, replica cut off $(CHAOS_LAG) s before each failover"; \
+	  $(BIN)/python -m tests.chaos.soak --backend $$backend --wait-replicas $$wait --lag $(CHAOS_LAG) \
+	    --tasks $(CHAOS_FAILOVER_TASKS) --restart-at 0.25,0.5,0.75 --drain-timeout 600 || status=1; \
+	done; done; exit $$status
 
 clean:
 	rm -rf $(VENV) $(MIN_VENV) .pytest_cache

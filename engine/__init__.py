@@ -5,6 +5,7 @@ from ghostless.core.config import Config
 from ghostless.core.engine import Engine
 from ghostless.core.errors import (
     BadArgs,
+    BadRate,
     BadRedisURL,
     BreakerOpen,
     Code,
@@ -14,19 +15,23 @@ from ghostless.core.errors import (
     LeaseLost,
     PermanentError,
     QuotaExceeded,
+    RateLimited,
     RedisFull,
     RedisSetupError,
     ReplicationTimeout,
     TaskCancelled,
+    TaskExpired,
     TaskFailed,
     TaskNotFound,
     UnknownParent,
     UnknownTaskType,
+    UpstreamBusy,
     WaitTimeout,
     WrongDispatch,
 )
 from ghostless.core.models import Event, Lease, Task
 from ghostless.core.quota import Quota
+from ghostless.core.rates import Rate
 from ghostless.core.registry import Backoff, Breaker, TaskType
 from ghostless.core.states import TERMINAL, TRANSITIONS, State
 
@@ -42,6 +47,7 @@ __all__ = [
     "AsyncEngine",
     "Backoff",
     "BadArgs",
+    "BadRate",
     "BadRedisURL",
     "Breaker",
     "BreakerOpen",
@@ -57,17 +63,21 @@ __all__ = [
     "PermanentError",
     "Quota",
     "QuotaExceeded",
+    "Rate",
+    "RateLimited",
     "RedisFull",
     "RedisSetupError",
     "ReplicationTimeout",
     "State",
     "Task",
     "TaskCancelled",
+    "TaskExpired",
     "TaskFailed",
     "TaskNotFound",
     "TaskType",
     "UnknownParent",
     "UnknownTaskType",
+    "UpstreamBusy",
     "WaitTimeout",
     "WrongDispatch",
 ]

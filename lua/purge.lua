@@ -21,6 +21,9 @@ end
 redis.call('HINCRBY', K.counts, t.status, -1)
 redis.call('ZREM', K.expiry, t.id)
 redis.call('ZREM', K.index, t.id)
+-- Left in a wait line only by a process from before the lines (lib/record: wait_lines): not forever.
+redis.call('ZREM', K.pending_since, t.id)
+redis.call('ZREM', K.queued_since, t.id)
 if KEYS[T + 1] then redis.call('ZREM', KEYS[T + 1], t.id) end
 redis.call('DEL', K.task, K.args, K.result, K.history, K.checkpoints, K.children, K.notifications)
 return {C.OK}

@@ -5,9 +5,9 @@
 --   KEYS[T+1]: the owner's task index; KEYS[T+2..T+1+2n]: each parent's hash and children set
 --   (n = n_parents); KEYS[T+2+2n]: the owner's submit-rate key (only with a quota ~= '');
 --   then the idempotency key (optional)
--- ARGV[1..4]: engine config; ARGV[5..22]: bound below, one local each, named as the fields of
+-- ARGV[1..4]: engine config; ARGV[5..24]: bound below, one local each, named as the fields of
 --   engine/core/scripts.py SubmitArgs, in their order (tests/engine/test_scripts_wrappers.py checks it);
---   ARGV[23]: n_parents, the number of parents it waits on; ARGV[24..23+n_parents]: their ids
+--   ARGV[25]: n_parents, the number of parents it waits on; ARGV[26..25+n_parents]: their ids
 -- Returns: {OK, id, now, waiting} (waiting: '' | 'waiting' | 'resolve' when a parent already ended
 --   otherwise than SUCCESS) | {REPLAYED, id} when the id or the key already exists with the same
 --   arguments | {IDEMPOTENCY_CONFLICT, id} when the key names a task with other arguments |
@@ -31,7 +31,9 @@ local due_ms = tonumber(ARGV[19])  -- from now the task is due (0 = no due time)
 local escalate_ms = tonumber(ARGV[20])  -- from now it escalates if still unfinished (0 = never)
 local notify_url = ARGV[21]  -- for its notifications ('' = none)
 local quota = ARGV[22]  -- the owner's (lib/quota; '' = none)
-local n_parents = tonumber(ARGV[23])
+local expires_ms = tonumber(ARGV[23])  -- from now it is cancelled (expired) unless started (0 = never)
+local traceparent = ARGV[24]  -- W3C, of the submit's span ('' = none)
+local n_parents = tonumber(ARGV[25])
 local rate_key = quota ~= '' and KEYS[T + 2 + 2 * n_parents] or nil
 local idem = KEYS[T + 2 + 2 * n_parents + (rate_key and 1 or 0)]
 
@@ -51,7 +53,7 @@ end
 local open, failed = {}, false
 for i = 1, n_parents do
   local status = redis.call('HGET', KEYS[T + 2 * i], 'status')
-  if not status then return {C.UNKNOWN_PARENT, ARGV[23 + i]} end
+  if not status then return {C.UNKNOWN_PARENT, ARGV[25 + i]} end
   if not TERMINAL[status] then open[#open + 1] = KEYS[T + 1 + 2 * i]
   elseif status ~= 'SUCCESS' then failed = true end
 end
@@ -66,8 +68,9 @@ create(K, KEYS[T + 1], {id = task_id, due_at = due_ms > 0 and now + due_ms or ni
   escalate_at = escalate_ms > 0 and now + escalate_ms or nil, type = type_name, owner = owner, queue = queue,
   max_attempts = max_attempts, lease_ms = lease_ms, timeout_ms = timeout_ms, priority = priority,
   backoff = backoff, idempotency_key = idempotency_key ~= '' and idempotency_key or nil, waiting_on = waiting,
-  parents = n_parents > 0 and table.concat(ARGV, ',', 24, 23 + n_parents) or nil,
-  notify_url = notify_url ~= '' and notify_url or nil,
+  parents = n_parents > 0 and table.concat(ARGV, ',', 26, 25 + n_parents) or nil,
+  expires_at = expires_ms > 0 and now + expires_ms or nil,
+  notify_url = notify_url ~= '' and notify_url or nil, traceparent = traceparent ~= '' and traceparent or nil,
   -- Its delay holds through waiting on parents (lua/resolve.lua), an edit and a direct claim.
   not_before = delay_ms > 0 and now + delay_ms or nil},
   args_json, now, delay_ms, {by = owner}, due)

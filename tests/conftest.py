@@ -12,10 +12,16 @@ import fakeredis
 import pytest
 
 from ghostless import Backoff, Engine
+from ghostless.core import connect as connect_mod
 from tests.support.cluster import Cluster, Sentinels, redis_cli_path
 from tests.support.redis_server import RedisServer, redis_server_path
 
 REQUIRE_REAL = os.environ.get("REQUIRE_REAL_REDIS") == "1"
+
+# The machine's shared Redis (127.0.0.1:6379) is never a target: a command run in-process without
+# a URL (GHOSTLESS_REDIS_URL unset) gets a closed loopback port instead of the default, so it fails
+# to connect rather than touching it. Processes the tests start always get a private URL.
+connect_mod.DEFAULT_URL = "redis://127.0.0.1:1/0"
 
 
 @pytest.fixture(autouse=True)

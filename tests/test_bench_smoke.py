@@ -6,7 +6,7 @@ A behaviour change can break a benchmark's set-up (a claim refused where it used
 
 import pytest
 
-from tests.conftest import need_redis_server
+from tests.conftest import need_redis_cli, need_redis_server
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +73,16 @@ def test_the_aio_benchmark_runs(monkeypatch, capsys):
     monkeypatch.setattr(aio, "N", 20)
     assert aio.main() in (0, 1)  # tiny sizes: the figures say nothing, the run must work
     assert "aio: async/sync per submit" in capsys.readouterr().out
+
+
+def test_the_cluster_benchmark_runs(capsys):
+    need_redis_cli()
+    from bench import cluster
+
+    assert cluster.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "| cluster |" in out and "| standalone |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| wait_replicas=0 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "1"  # the one kill of the smoke size, measured
+    assert cells[-1] == "0"  # no task completed twice across the failover

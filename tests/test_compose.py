@@ -13,6 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from ghostless.cli.root import main
+from ghostless.web import health
 from tests.conftest import need_redis_server
 from tests.support.cluster import cluster_port
 from tests.support.redis_server import RedisServer
@@ -91,6 +92,10 @@ def test_the_web_port_and_health_check():
     command = web["command"]
     assert _arg(command, "--host") == "0.0.0.0" and web["ports"][0].endswith(f":{_arg(command, '--port')}")
     assert "/readyz" in " ".join(web["healthcheck"]["test"])
+    # /readyz wants a sweeper tick within GHOSTLESS_READY_SWEEPER_AGE: the stack's sweeper ticks sooner.
+    interval = float(_arg(SERVICES["sweeper"]["command"], "--interval"))
+    assert interval + 1 < health.DEFAULTS["GHOSTLESS_READY_SWEEPER_AGE"]
+    assert "GHOSTLESS_READY_SWEEPER_AGE" not in web["environment"]  # the check is on
 
 
 def test_every_file_the_build_needs_exists():

@@ -9,7 +9,10 @@ by Flask's development server (``RedactLoginCodes`` on the ``werkzeug`` logger).
 from __future__ import annotations
 
 import logging
+import os
 import re
+
+from ghostless.core import logs
 
 _CODE = re.compile(r"(/login/)[^/?#\s\"]+")
 
@@ -37,7 +40,21 @@ except ImportError:  # pragma: no cover - the development server needs only the 
 if Logger is not None:
 
     class RedactingLogger(Logger):
-        """gunicorn's logger, with login codes redacted from every access-log atom."""
+        """gunicorn's logger, with login codes redacted from every access-log atom; with
+        ``GHOSTLESS_LOG_FORMAT=json`` (set by ``ghostless web --log-format json``) its error and
+        access lines, and the app's own, are one JSON object a line (engine/core/logs.py)."""
+
+        def setup(self, cfg):
+            super().setup(cfg)
+            fmt = os.environ.get("GHOSTLESS_LOG_FORMAT")
+            if fmt not in logs.LOG_FORMATS:
+                return
+            if fmt == "json":
+                for logger in (self.error_log, self.access_log):
+                    for handler in logger.handlers:
+                        handler.setFormatter(logs.JsonFormatter())
+            # The gevent server runs in a fresh interpreter: the app's loggers need a root handler.
+            logs.configure(os.environ.get("GHOSTLESS_LOG_LEVEL") or "INFO", fmt)
 
         def atoms(self, resp, req, environ, request_time):
             atoms = super().atoms(resp, req, environ, request_time)

@@ -27,7 +27,7 @@ from .quotas import quota_for
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
-SUBMIT_FIELDS = frozenset({"type", "args", "idempotency_key", "priority", "delay"})
+SUBMIT_FIELDS = frozenset({"type", "args", "idempotency_key", "priority", "delay", "expires_in"})
 STATUSES = frozenset(s.value for s in State)
 
 
@@ -98,6 +98,7 @@ def submit():
         idempotency_key=key,
         priority=body.get("priority", 0),
         delay=body.get("delay", 0),
+        expires_in=body.get("expires_in"),
         quota=quota_for(g.caller.name),
     )
     return jsonify(task=task_json(task)), 200 if task.replayed else 201

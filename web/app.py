@@ -25,6 +25,8 @@
 - ``GHOSTLESS_REDIS_CONNECTIONS`` (8; 0: the app's own client), ``GHOSTLESS_REDIS_WAIT`` (30 s): the
   web's bounded Redis pool and how long a request waits for a connection (web/pool.py); also
   from the environment.
+- ``GHOSTLESS_READY_SWEEPER_AGE`` (30 s; also from the environment): ``/readyz`` wants a sweeper
+  tick within it; 0: no sweeper check (web/health.py).
 - ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes
   ``/metrics`` with; ``GHOSTLESS_METRICS_PUBLIC`` (else env ``GHOSTLESS_METRICS_PUBLIC=1``):
   serve /metrics to anyone. Without either, only admins may read it (web/metrics.py).
@@ -41,6 +43,7 @@ import secrets
 from datetime import timedelta
 
 from flask import Flask, request
+from flask.sessions import SecureCookieSessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from ghostless.core.app import AppError
@@ -67,8 +70,9 @@ DEFAULTS = {
     **limits.DEFAULTS,
     **held.DEFAULTS,
     **pool.DEFAULTS,
+    **health.DEFAULTS,
 }
-NUMBERS_FROM_ENV = ("GHOSTLESS_PROXIES", *limits.DEFAULTS, *held.DEFAULTS, *pool.DEFAULTS)
+NUMBERS_FROM_ENV = ("GHOSTLESS_PROXIES", *limits.DEFAULTS, *held.DEFAULTS, *pool.DEFAULTS, *health.DEFAULTS)
 
 
 def create_app(config: dict | None = None) -> Flask:
@@ -87,6 +91,7 @@ def create_app(config: dict | None = None) -> Flask:
         app.config[name] = _number(name, app.config[name], type(DEFAULTS[name]))
     if hops := app.config["GHOSTLESS_PROXIES"]:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)
+    app.session_interface = OneSigner()
     deps.init_app(app)
     held.init_app(app)
     errors.init_app(app)
@@ -95,6 +100,22 @@ def create_app(config: dict | None = None) -> Flask:
     for blueprint in (auth.bp, api.bp, sse.bp, admin.bp, health.bp, metrics.bp, pages.bp):
         app.register_blueprint(blueprint)
     return app
+
+
+class OneSigner(SecureCookieSessionInterface):
+    """Flask's signed cookie sessions, with the signing serializer made once per set of keys,
+    not twice per request (every request opens a session, a bearer one too: a reconnect storm
+    opens thousands a second)."""
+
+    def __init__(self):
+        self._made: tuple[tuple, object] | None = None
+
+    def get_signing_serializer(self, app: Flask):
+        keys = (app.secret_key, tuple(app.config.get("SECRET_KEY_FALLBACKS") or ()))
+        made = self._made
+        if made is None or made[0] != keys:
+            made = self._made = (keys, super().get_signing_serializer(app))
+        return made[1]
 
 
 def _json_headers(response):

@@ -6,6 +6,21 @@ or everything (admins), so an event costs O(subscribers who want it), not a filt
 subscriber. A subscriber's buffer holds at most ``limit`` events: a client that stops reading is dropped
 (its buffer never grows past the bound) and reconnects with ``Last-Event-ID``, replaying
 what it missed from the stream itself. No browser holds a Redis connection.
+
+On a Redis Cluster each queue's stream is in its queue's slot ({queue} hash tag), and a cluster
+refuses one XREAD over keys of different slots (CROSSSLOT, even for two queues on one node). There
+the reader *polls* (engine/core/streams.py ``follow_streams``): each round sends a non-blocking
+XREAD of every queue's stream in one cluster pipeline (one round trip per node), and waits
+``POLL_MS`` (50 ms) only after a round that found nothing. So an event reaches its subscribers
+at most ~50 ms plus a round trip later than on one Redis, and an idle web process sends 20 rounds
+a second (each one short command per queue). Chosen over one blocking reader per queue, which
+would hold a connection and a thread per queue: its cost grows with the queues, the poll's with
+the nodes. When every stream read is in one slot (one queue) the reader blocks as on one Redis.
+
+Through a failover (a cluster's shard, or Sentinel's primary) a read fails with a connection
+error; the reader waits (backing off) and reads again from the positions it had delivered, so
+every event the promoted replica has after them is delivered (what the old primary had not yet
+replicated is lost: docs/operations.md, "Failover: what can be lost").
 """
 
 from __future__ import annotations
@@ -18,8 +33,7 @@ from collections import deque
 import redis as redis_lib
 
 from ghostless.core.clock import retry_delay, server_ms
-from ghostless.core.streams import MAX_SEQ, stream_event
-from ghostless.core.text import text
+from ghostless.core.streams import MAX_SEQ, follow_streams, stream_event
 
 from .pool import own_client
 
@@ -32,7 +46,13 @@ class Dropped(Exception):
 
 class Subscriber:
     """One client's bounded buffer; the broker thread offers, the client's thread takes.
-    ``index`` is what it watches: ("task", id), ("owner", name) or ("all", "")."""
+    ``index`` is what it watches: ("task", id), ("owner", name) or ("all", "").
+
+    Light, as a process holds thousands (bench/watchers.py): one lock, held while there is
+    nothing to take and released as the wake-up signal (no Condition, whose every wait makes a
+    lock of its own), and a deque (append and popleft are atomic)."""
+
+    __slots__ = ("_events", "_wake", "dropped", "ended", "index", "limit")
 
     def __init__(self, limit: int, index: tuple[str, str] = ("all", "")):
         self.index = index
@@ -40,41 +60,51 @@ class Subscriber:
         self.dropped = False
         self.ended = False  # by web/guard.py: its client left or its credential is gone
         self._events: deque[dict] = deque()
-        self._cond = threading.Condition()
+        self._wake = threading.Lock()
+        self._wake.acquire()  # held: no signal; released: something to look at
+
+    def _signal(self) -> None:
+        try:
+            self._wake.release()
+        except RuntimeError:  # already signalled
+            pass
 
     def offer(self, event: dict) -> bool:
         """Buffer an event; False (and dropped from then on) when the buffer is full."""
-        with self._cond:
-            if self.dropped:
-                return False
-            if len(self._events) >= self.limit:
-                self.dropped = True
-            else:
-                self._events.append(event)
-            self._cond.notify()
-            return not self.dropped
+        if self.dropped:
+            return False
+        if len(self._events) >= self.limit:
+            self.dropped = True
+        else:
+            self._events.append(event)
+        self._signal()
+        return not self.dropped
 
     def end(self) -> None:
         """End its stream now (its next ``next`` raises Dropped, buffered events left unsent)."""
-        with self._cond:
-            self.ended = True
-            self._cond.notify()
+        self.ended = True
+        self._signal()
 
     def next(self, timeout: float) -> dict | None:
         """The next buffered event, or None after ``timeout`` seconds without one.
 
         Raises Dropped once the buffered events are used up after a drop, and at once after ``end``.
         """
-        with self._cond:
-            if not self._events and not self.dropped and not self.ended:
-                self._cond.wait(timeout)
+        deadline = None
+        while True:
             if self.ended:
                 raise Dropped()
             if self._events:
                 return self._events.popleft()
             if self.dropped:
                 raise Dropped()
-            return None
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            # Woken by a signal (perhaps one left over from an event already taken) or the timeout: look again.
+            self._wake.acquire(timeout=left)
 
     def __len__(self) -> int:
         return len(self._events)
@@ -197,11 +227,9 @@ class Broker:
             self._stop.wait(self.block_ms / 1000)
             return
         keys = {self.engine.keys.queue_key(q, "events"): q for q in self.positions}
-        reply = self._client.xread(
-            {k: self.positions[q] for k, q in keys.items()}, count=self.batch, block=self.block_ms
-        )
-        for key, rows in reply or []:
-            queue = keys[text(key)]
+        streams = {k: self.positions[q] for k, q in keys.items()}
+        for key, rows in follow_streams(self._client, streams, self.batch, self.block_ms):
+            queue = keys[key]
             for sid, fields in rows:
                 event = stream_event(queue, sid, fields)
                 self.positions[queue] = event["stream_id"]

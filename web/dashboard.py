@@ -44,12 +44,13 @@ def state_class(state: str) -> str:
 
 
 def read_shared(engine) -> dict:
-    """Counts, throughput, workers, breakers and draining queues."""
+    """Counts, throughput, workers, breakers, rate limits and draining queues."""
     return {
         "queues": engine.stats(),
         "throughput": wq.throughput(engine, MINUTES),
         "workers": wq.workers(engine),
         "breakers": engine.breakers(),
+        "rate_limits": engine.rate_limits(),
         "draining": engine.draining(),
         "now": server_ms(engine.redis) / 1000,
     }

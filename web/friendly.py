@@ -79,6 +79,13 @@ def stage_label(stage: str) -> str:
     return stage.replace("_", " ").replace("-", " ").strip().capitalize() if stage else ""
 
 
+# A task parked before it started (lua/park.lua), by its error kind: it waits, no attempt used.
+PARKED = {
+    "rate_limited": "Waiting for its turn at {upstream} (rate limit)",
+    "upstream_open": "Waiting: {upstream} is failing (circuit breaker open)",
+}
+
+
 def _why(task: Task) -> str:
     return task.reason or task.error_kind or "no reason recorded"
 
@@ -105,6 +112,11 @@ def describe(task: Task, now: float, draining: bool = False) -> Status:
         status.details.append(task.message or f"{task.progress:.0%} done")
         if task.attempt > 1:
             status.details.append(f"attempt {attempts}")
+    elif s == State.RETRY_WAITING and task.error_kind in PARKED:  # it has not started: no retry
+        status = Status(PARKED[task.error_kind].format(upstream=task.reason.partition(": ")[2]), "wait")
+        if task.next_retry_at:
+            wait = task.next_retry_at - now
+            status.details.append(f"starts in {duration(wait)}" if wait > 0 else "starts any moment now")
     elif s == State.RETRY_WAITING:
         status = Status(f"Retrying ({task.attempt + 1} of {task.max_attempts}) after: {_why(task)}", "warn")
         if task.next_retry_at:
@@ -126,11 +138,15 @@ def describe(task: Task, now: float, draining: bool = False) -> Status:
     else:  # CANCELLED
         if task.superseded_by:
             status = Status("Replaced by an edit", "info")
+        elif task.error_kind == "expired":
+            status = Status("Expired: it did not start in time", "info")
         else:
             status = Status(f"Cancelled: {task.reason or 'no reason given'}", "info")
     if draining and s in (State.PENDING, State.QUEUED, State.RETRY_WAITING):
         status.alerts.append(f"The {task.queue} queue is paused (draining): new work waits until it resumes.")
     if not task.terminal:
+        if task.expires_at:
+            status.details.append(f"expires at {clock(task.expires_at)} unless it has started")
         if task.escalated_at:
             status.alerts.append(f"Escalated: overdue since {clock(task.due_at)} and still not finished.")
         elif task.overdue_at:

@@ -1,7 +1,7 @@
 """``GET /metrics``: Prometheus metrics read from the engine's counters at scrape time.
 
 A custom collector (no background thread, no state in the web process): each scrape reads
-``engine.stats()``, ``engine.breakers()`` and ``engine.draining()`` plus one pipelined read of
+``engine.stats()``, ``engine.breakers()``, ``engine.rate_limits()`` and ``engine.draining()`` plus one pipelined read of
 the time-in-state totals, so every web process answers with the same numbers and gunicorn's
 worker count does not matter. A scrape while Redis is down is a 503 (Prometheus records the
 target as down).
@@ -18,9 +18,16 @@ Families (all labelled by ``queue``):
   before leaving it. A mean-seconds gauge would be a lifetime mean that stops moving after a
   day; from sum and count, ``rate(..._sum[5m]) / rate(..._count[5m])`` is the mean over any window.
 - ``ghostless_breaker_state{upstream}``: 0 closed, 1 half-open, 2 open (gauge).
+- Rate limits (engine/core/rates.py), per ``{upstream}``: ``ghostless_rate_limit`` (starts
+  allowed per window) and ``ghostless_rate_limit_window_seconds``, ``ghostless_rate_limit_used``
+  (starts in the current window) and ``ghostless_rate_limit_available`` (gauges),
+  ``ghostless_rate_limit_waiting`` (tasks parked by the limit now, gauge) and
+  ``ghostless_rate_limit_parked_total`` (parks so far, counter).
 - ``ghostless_queue_draining``: 1 while a queue is draining (gauge).
 - ``ghostless_redis_data_lost`` (no labels): 1 once this web process has seen Redis lose its data
   (the data epoch marker vanished or changed, engine/core/epoch.py), until it is restarted (gauge).
+- Sweeper tick ages, the oldest waiting task per queue and state, live workers per queue, and the
+  queue wait and run time histograms: web/ops_metrics.py.
 
 Access: operators scrape without a user token, and the numbers name queues, task types and
 error kinds, so /metrics is closed by default. It answers to ``Authorization: Bearer
@@ -43,6 +50,7 @@ from ghostless.core.text import text
 from .auth import UNAUTHORIZED, current_user
 from .deps import get_engine
 from .errors import ApiError
+from .ops_metrics import ops_families
 
 bp = Blueprint("metrics", __name__)
 BREAKER_VALUES = {"closed": 0, "half_open": 1, "open": 2}
@@ -50,18 +58,18 @@ COUNTERS = (
     ("stale_rejections", "Calls refused because their fencing token was stale"),
     ("overdue", "Tasks the sweeper recorded as past their due time"),
     ("escalated", "Tasks the sweeper recorded as past their escalation time"),
-    ("parked", "Tasks set aside while their upstream's circuit breaker was open"),
+    ("parked", "Tasks set aside before starting: their upstream's breaker open or rate limit full"),
 )
 
 
 def time_totals(engine, queues: list[str]) -> dict[str, dict[str, int]]:
     """Per queue, the raw ``tis_*``/``stage_*`` totals (ms) and counts of its stats hash (the
-    fields engine/core/stats.py turns into means)."""
+    fields engine/core/stats.py turns into means), and its ``wait_*``/``run_*`` histograms."""
     pipe = engine.redis.pipeline(transaction=False)
     for q in queues:
         pipe.hgetall(engine.keys.queue_key(q, "stats"))
     return {
-        q: {text(k): int(v) for k, v in raw.items() if text(k).startswith(("tis_", "stage_"))}
+        q: {text(k): int(v) for k, v in raw.items() if text(k).startswith(("tis_", "stage_", "wait_", "run_"))}
         for q, raw in zip(queues, pipe.execute())
     }
 
@@ -114,6 +122,7 @@ class EngineCollector:
         )
         for b in engine.breakers():
             breakers.add_metric([b["queue"], b["upstream"]], BREAKER_VALUES.get(b["state"], 2))
+        limits = list(rate_limit_families(engine))
         draining = GaugeMetricFamily(
             "ghostless_queue_draining", "1 while the queue hands no task to workers", labels=["queue"]
         )
@@ -123,7 +132,33 @@ class EngineCollector:
         engine.data_epoch.adopt()
         lost = GaugeMetricFamily("ghostless_redis_data_lost", "1 once this process has seen Redis lose its data")
         lost.add_metric([], 1 if engine.data_epoch.lost else 0)
-        yield from (tasks, entered, failures, *counters.values(), in_state, in_stage, breakers, draining, lost)
+        yield from (tasks, entered, failures, *counters.values(), in_state, in_stage, breakers, *limits, draining, lost)
+        yield from ops_families(engine, queues, totals)
+
+
+RATE_GAUGES = (
+    ("limit", "ghostless_rate_limit", "Attempt starts the upstream's rate limit allows per window"),
+    ("period", "ghostless_rate_limit_window_seconds", "The rate limit's window"),
+    ("used", "ghostless_rate_limit_used", "Attempt starts in the rate limit's current window"),
+    ("available", "ghostless_rate_limit_available", "Starts the rate limit allows now"),
+    ("parked", "ghostless_rate_limit_waiting", "Tasks parked by the rate limit now, waiting for their slot"),
+)
+
+
+def rate_limit_families(engine):
+    """The rate limit families, one sample per (queue, upstream) with a limit."""
+    rows = engine.rate_limits()
+    for field, name, doc in RATE_GAUGES:
+        family = GaugeMetricFamily(name, doc, labels=["queue", "upstream"])
+        for r in rows:
+            family.add_metric([r["queue"], r["upstream"]], r[field])
+        yield family
+    parks = CounterMetricFamily(
+        "ghostless_rate_limit_parked", "Tasks parked by the rate limit so far", labels=["queue", "upstream"]
+    )
+    for r in rows:
+        parks.add_metric([r["queue"], r["upstream"]], r["parked_total"])
+    yield parks
 
 
 def _check_access() -> None:

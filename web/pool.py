@@ -3,11 +3,12 @@
 A burst of thousands of stream openers (every browser reconnecting after a restart) would
 otherwise take one pooled connection each at once: redis-py's default pool refuses past its
 size ("Too many connections", answered as 503s) and an unbounded one opens a connection per
-opener. The web instead serves the app's engine through a client on a
-``BlockingConnectionPool`` of ``GHOSTLESS_REDIS_CONNECTIONS`` connections (8): a request waits
-up to ``GHOSTLESS_REDIS_WAIT`` seconds (30) for one, then gets ``redis.ConnectionError`` (a
-stream opener answers it with an EventSource retry, web/sse.py). 0 connections: the app's
-engine as it is.
+opener. The web instead serves the app's engine through a copy of its client
+(``ghostless.core.clients.client_like``: one Redis, Sentinel or a cluster) on waiting pools of
+``GHOSTLESS_REDIS_CONNECTIONS`` connections (8; on a cluster, per node): a request waits up to
+``GHOSTLESS_REDIS_WAIT`` seconds (30) for one, then gets ``redis.ConnectionError`` (a
+``MaxConnectionsError``; a stream opener answers it with an EventSource retry, web/sse.py).
+0 connections: the app's engine as it is.
 
 The app's engine may be the user's own object (``Engine.from_url`` in their module), so it is
 not changed: ``BoundedEngine`` reads it through its own client. The broker's reader has a
@@ -17,45 +18,45 @@ the reader's one connection (and whatever the app's dispatcher opens for submits
 
 from __future__ import annotations
 
-import redis as redis_lib
-
+from ghostless.core.clients import client_like
+from ghostless.core.cluster import is_cluster
 from ghostless.core.scripts import Scripts
 from ghostless.core.users import Users
 
 DEFAULTS = {"GHOSTLESS_REDIS_CONNECTIONS": 8, "GHOSTLESS_REDIS_WAIT": 30.0}
 
 
-def client_like(client, pool_class=None, socket_timeout: float | None = None, **pool_kwargs):
-    """A client on the same server, with the same connection settings as ``client`` (but
-    ``socket_timeout`` when given), on a pool of its own: ``pool_class`` (default: the class of
-    ``client``'s) made with ``pool_kwargs``."""
-    pool = client.connection_pool
-    kwargs = {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(("maint_notifications", "orig_"))}
-    if socket_timeout is not None:
-        kwargs["socket_timeout"] = socket_timeout
-    new_pool = (pool_class or pool.__class__)(connection_class=pool.connection_class, **pool_kwargs, **kwargs)
-    return type(client)(connection_pool=new_pool)
-
-
 def own_client(client, socket_timeout: float):
-    """A client with at most two connections of its own, reads blocking up to ``socket_timeout``."""
-    timeout = max(client.connection_pool.connection_kwargs.get("socket_timeout") or 0, socket_timeout)
+    """A client with at most two connections of its own (on a cluster: per node), reads blocking
+    up to ``socket_timeout`` (or the client's own timeout, when longer)."""
+    timeout = max(_socket_timeout(client) or 0, socket_timeout)
     return client_like(client, max_connections=2, socket_timeout=timeout)
 
 
 def bounded_engine(engine, connections: int, wait: float):
-    """``engine`` read through a client of at most ``connections`` connections, each request
-    waiting up to ``wait`` seconds for one; ``engine`` itself with 0 connections."""
+    """``engine`` read through a client of at most ``connections`` connections (on a cluster: per
+    node), each request waiting up to ``wait`` seconds for one; ``engine`` itself with 0 connections."""
     if not connections:
         return engine
-    client = client_like(
-        engine.redis, redis_lib.BlockingConnectionPool, max_connections=int(connections), timeout=float(wait)
-    )
+    client = client_like(engine.redis, max_connections=int(connections), wait=float(wait))
     # The app's own client has an idle connection or two from building the engine (its server
     # checks): closed, as the web reads through its own from now on (the client reconnects if
     # it is used again: the dispatcher's submits, the data epoch).
-    engine.redis.connection_pool.disconnect(inuse_connections=False)
+    for pool in _pools(engine.redis):
+        pool.disconnect(inuse_connections=False)
     return BoundedEngine(engine, client)
+
+
+def _pools(client) -> list:
+    """The connection pools of ``client``: its one pool, or one per cluster node."""
+    if is_cluster(client):
+        return [n.redis_connection.connection_pool for n in client.get_nodes() if n.redis_connection]
+    return [client.connection_pool]
+
+
+def _socket_timeout(client) -> float | None:
+    pools = _pools(client)
+    return pools[0].connection_kwargs.get("socket_timeout") if pools else None
 
 
 class BoundedEngine:

@@ -10,15 +10,15 @@ snapshot, then goes live: nothing is lost or repeated.
 Its SSE id is a composite position over the queue streams (web/positions.py). It starts
 with a ``ready`` event carrying the starting position.
 
-Views only check access and set headers; generators read live events from the process's
-broker (web/broker.py) and replay from the queue streams; cleanup runs in ``finally``.
+Views only check access and set headers; a stream's body (web/eventstream.py) reads live
+events from the process's broker (web/broker.py) after its opening (the snapshot, or the replay
+from the queue streams); its cleanup runs when the server closes it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
+from functools import partial
 
 import redis
 from flask import Blueprint, Response, current_app, g, request
@@ -26,9 +26,9 @@ from flask import Blueprint, Response, current_app, g, request
 from . import queries as wq
 from .api import task_json
 from .auth import require_user, stream_credential
-from .broker import Dropped
 from .deps import get_broker, get_engine, get_guard
 from .errors import ApiError
+from .eventstream import EventStream, format_comment, format_event
 from .held import STREAM, busy_retry_ms, held
 from .positions import Positions
 
@@ -41,34 +41,17 @@ def _authenticate():
     g.caller = require_user()
 
 
-def format_event(id: str | None = None, event: str | None = None, data=None, retry: int | None = None) -> str:
-    """One SSE message. ``data`` is sent as JSON (a str as is, one ``data:`` line per line)."""
-    lines = []
-    for name, value in (("id", id), ("event", event)):
-        if value is not None:
-            value = str(value)
-            if any(c in value for c in "\r\n\0"):
-                raise ValueError(f"SSE {name} must not contain CR, LF or NUL")
-            lines.append(f"{name}: {value}")
-    if retry is not None:
-        lines.append(f"retry: {int(retry)}")
-    if data is not None:
-        text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-        lines += [f"data: {line}" for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-    return "\n".join(lines) + "\n\n"
-
-
-def format_comment(text: str) -> str:
-    return "".join(f": {line}\n" for line in text.splitlines() or [""]) + "\n"
-
-
 def _last_event_id() -> str | None:
     return request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or None
 
 
-def _stream(generator) -> Response:
+def _stream(body, passthrough: bool = False) -> Response:
+    """An SSE response of ``body`` (strs; ``passthrough``: an EventStream, read by the server as it is)."""
     return Response(
-        generator, mimetype="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        body,
+        mimetype="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        direct_passthrough=passthrough,
     )
 
 
@@ -89,33 +72,20 @@ def _redis_unavailable(e):
 
 def _held_stream(open_stream) -> Response:
     """The stream ``open_stream(watch)`` opens, holding one of the caller's stream slots until its
-    response closes. ``open_stream`` does the opening reads and returns (events, cleanup), or
-    raises (an ApiError: its answer; Redis unavailable: ``retry_later``); its events hand their
+    response closes. ``open_stream`` does the opening reads and returns its EventStream, or
+    raises (an ApiError: its answer; Redis unavailable: ``retry_later``); the stream hands its
     subscriber to ``watch`` (web/guard.py ends it when the client leaves or the credential goes).
     Past a cap (web/held.py) it is not called: a ``retry_later`` answer, before any Redis work."""
     release = held().acquire(STREAM, g.caller.name)
     if release is None:
         return retry_later("busy: too many open streams, retrying later")
     try:
-        events, cleanup = open_stream(_watcher(get_guard(), request.environ, stream_credential()))
+        events = open_stream(_watcher(get_guard(), request.environ, stream_credential()))
     except BaseException:
         release()
         raise
-    response = _stream(_ending_on_redis_errors(events))
-    response.call_on_close(cleanup)  # also when the generator never started
-    response.call_on_close(release)
-    return response
-
-
-def _ending_on_redis_errors(events):
-    """A stream that ends, rather than breaks, when Redis fails mid-stream: the browser then
-    reconnects with Last-Event-ID and resumes once Redis is back."""
-    try:
-        yield from events
-    except redis.RedisError as e:
-        log.warning("event stream ended early: %s", e)
-    finally:
-        events.close()
+    events.on_close.append(release)  # its close runs also when the stream never started
+    return _stream(events, passthrough=True)
 
 
 def _settings() -> tuple[float, int]:
@@ -133,8 +103,7 @@ def task_events(task_id: str):
         opened = open_task(engine, broker, task_id, owner)
         if opened is None:
             raise ApiError(404, "not_found", "task not found")
-        events = task_stream(engine, broker, task_id, last, *_settings(), watch=watch, opened=opened)
-        return events, lambda: broker.unsubscribe(opened[0])
+        return task_stream(engine, broker, task_id, last, *_settings(), watch=watch, opened=opened)
 
     return _held_stream(open_stream)
 
@@ -164,51 +133,70 @@ def task_stream(
     retry_ms: int,
     watch=None,
     opened=None,
-):
+) -> EventStream:
     """Snapshot (or replay after ``last_id``), then live events until a terminal state; ends early
     when its subscriber is ended (``watch(sub)``: web/guard.py, when the client leaves or its
-    credential goes). ``opened``: what ``open_task`` returned (else it opens here, anyone's task)."""
+    credential goes). ``opened``: what ``open_task`` returned (else it opens here, anyone's task).
+    Its close unwatches and unsubscribes."""
     sub = opened[0] if opened else broker.subscribe(task_id=task_id)
-    unwatch = watch(sub) if watch else _nothing
+    opening = _task_opening(engine, task_id, last_id, retry_ms, opened)
+    return _events(broker, sub, opening, keepalive, watch, until=wq.is_terminal)
+
+
+def _events(broker, sub, opening, keepalive: float, watch, until=None) -> EventStream:
+    """``sub``'s stream after ``opening``, watched (``watch(sub)``) until its close, which also
+    unsubscribes it (as does a failed ``watch``)."""
     try:
-        yield format_event(retry=retry_ms)
-        task, history, position = opened[1:] if opened else wq.snapshot(engine, task_id)
-        if task is None:
-            return
-        # A snapshot when the client has nothing, may have missed trimmed events, or names an
-        # event this stream has not written yet (not an id we sent): replaying from it would
-        # skip every event up to that id, the terminal one included.
-        if (
-            last_id is None
-            or wq.parse_stream_id(last_id) > wq.parse_stream_id(position)
-            or wq.stream_may_be_trimmed(engine, task.queue, last_id)
-        ):
-            yield format_event(
-                position, "snapshot", {"task": task_json(task), "history": [e.to_dict() for e in history]}
-            )
-            last_id = None  # the snapshot is where this client is now
-        else:
-            for ev in wq.read_stream(engine, task.queue, f"({last_id}", position):
-                if ev["task_id"] == task_id:
-                    yield format_event(ev["stream_id"], ev["kind"], ev)
-                    if wq.is_terminal(ev):
-                        return
-        if task.terminal:
-            return
-        sent = max(wq.parse_stream_id(position), wq.parse_stream_id(last_id or "0-0"))
-
-        def render(ev: dict) -> str | None:
-            nonlocal sent
-            sid = wq.parse_stream_id(ev["stream_id"])
-            if sid <= sent:
-                return None
-            sent = sid
-            return format_event(ev["stream_id"], ev["kind"], ev)
-
-        yield from _live(sub, render, keepalive, until=wq.is_terminal)
-    finally:
-        unwatch()
+        unwatch = watch(sub) if watch else _nothing
+    except BaseException:
         broker.unsubscribe(sub)
+        raise
+    return EventStream(sub, opening, keepalive, until, (unwatch, partial(broker.unsubscribe, sub)))
+
+
+def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, opened):
+    """A task stream's first messages (the retry hint with the snapshot in one write, as a first
+    opening has nothing to replay), then its live ``render`` or None (it ends there)."""
+    hint = format_event(retry=retry_ms)
+    if opened is None or last_id is not None:  # Redis reads to come: the hint goes first, whatever they do
+        yield hint
+        hint = ""
+    task, history, position = opened[1:] if opened else wq.snapshot(engine, task_id)
+    if task is None:
+        if hint:
+            yield hint
+        return None
+    # A snapshot when the client has nothing, may have missed trimmed events, or names an
+    # event this stream has not written yet (not an id we sent): replaying from it would
+    # skip every event up to that id, the terminal one included.
+    if (
+        last_id is None
+        or wq.parse_stream_id(last_id) > wq.parse_stream_id(position)
+        or wq.stream_may_be_trimmed(engine, task.queue, last_id)
+    ):
+        yield hint + format_event(
+            position, "snapshot", {"task": task_json(task), "history": [e.to_dict() for e in history]}
+        )
+        last_id = None  # the snapshot is where this client is now
+    else:
+        for ev in wq.read_stream(engine, task.queue, f"({last_id}", position):
+            if ev["task_id"] == task_id:
+                yield format_event(ev["stream_id"], ev["kind"], ev)
+                if wq.is_terminal(ev):
+                    return None
+    if task.terminal:
+        return None
+    sent = max(wq.parse_stream_id(position), wq.parse_stream_id(last_id or "0-0"))
+
+    def render(ev: dict) -> str | None:
+        nonlocal sent
+        sid = wq.parse_stream_id(ev["stream_id"])
+        if sid <= sent:
+            return None
+        sent = sid
+        return format_event(ev["stream_id"], ev["kind"], ev)
+
+    return render
 
 
 @bp.get("/events")
@@ -220,8 +208,7 @@ def all_events():
         positions = Positions.parse(_last_event_id())
         if positions is not None and positions.later_than(wq.server_ms(engine.redis)):
             positions = None  # not an id we sent: start afresh rather than skip events until then
-        events = feed_stream(engine, broker, owner, positions, *_settings(), watch=watch)
-        return events, events.close
+        return feed_stream(engine, broker, owner, positions, *_settings(), watch=watch)
 
     return _held_stream(open_stream)
 
@@ -234,33 +221,32 @@ def feed_stream(
     keepalive: float,
     retry_ms: int,
     watch=None,
-):
+) -> EventStream:
     """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live;
     ends early when its subscriber is ended (``watch(sub)``, as ``task_stream``)."""
     sub = broker.subscribe(everything=True) if owner is None else broker.subscribe(owner=owner)
-    unwatch = watch(sub) if watch else _nothing
-    try:
-        yield format_event(retry=retry_ms)
-        if positions is None:
-            positions = Positions(wq.server_ms(engine.redis))
-            yield format_event(str(positions), "ready", {"owner": owner, "position": str(positions)})
-        else:
-            for queue in engine.queues():
-                for ev in wq.read_stream(engine, queue, positions.start(queue)):
-                    if owner is None or ev["owner"] == owner:
-                        positions.advance(queue, ev["stream_id"])
-                        yield format_event(str(positions), ev["kind"], ev)
+    return _events(broker, sub, _feed_opening(engine, owner, positions, retry_ms), keepalive, watch)
 
-        def render(ev: dict) -> str | None:
-            if not positions.is_new(ev["queue"], ev["stream_id"]):
-                return None
-            positions.advance(ev["queue"], ev["stream_id"])
-            return format_event(str(positions), ev["kind"], ev)
 
-        yield from _live(sub, render, keepalive)
-    finally:
-        unwatch()
-        broker.unsubscribe(sub)
+def _feed_opening(engine, owner: str | None, positions: Positions | None, retry_ms: int):
+    yield format_event(retry=retry_ms)
+    if positions is None:
+        positions = Positions(wq.server_ms(engine.redis))
+        yield format_event(str(positions), "ready", {"owner": owner, "position": str(positions)})
+    else:
+        for queue in engine.queues():
+            for ev in wq.read_stream(engine, queue, positions.start(queue)):
+                if owner is None or ev["owner"] == owner:
+                    positions.advance(queue, ev["stream_id"])
+                    yield format_event(str(positions), ev["kind"], ev)
+
+    def render(ev: dict) -> str | None:
+        if not positions.is_new(ev["queue"], ev["stream_id"]):
+            return None
+        positions.advance(ev["queue"], ev["stream_id"])
+        return format_event(str(positions), ev["kind"], ev)
+
+    return render
 
 
 CREDENTIAL_CHECK = 2.0  # s: an open stream ends this soon after its token is revoked or its session ends
@@ -274,33 +260,6 @@ def _watcher(guard, environ: dict, credential: tuple[str, str | None]):
     """``watch(sub)``: the guard watches ``sub``'s client and credential; returns the unwatch."""
 
     def watch(sub):
-        handle = guard.watch(sub, environ, credential)
-        return lambda: guard.unwatch(handle)
+        return partial(guard.unwatch, guard.watch(sub, environ, credential))
 
     return watch
-
-
-def _live(sub, render, keepalive: float, until=None):
-    """The subscriber's events as they come, each as ``render(ev)`` writes it (None: already sent,
-    skipped), and a keep-alive comment whenever ``keepalive`` seconds passed without one; ends
-    after an event ``until(ev)`` is true of, or when the subscriber is dropped (it fell behind:
-    the client reconnects with Last-Event-ID and replays the rest) or ended (web/guard.py: the
-    client left, or the credential is gone, seen within CREDENTIAL_CHECK). An idle stream wakes
-    only for its keep-alive."""
-    quiet_until = time.monotonic() + keepalive
-    while True:
-        try:
-            ev = sub.next(max(0.0, quiet_until - time.monotonic()))
-        except Dropped:
-            return
-        if ev is None:
-            if time.monotonic() >= quiet_until:
-                quiet_until = time.monotonic() + keepalive
-                yield format_comment("keep-alive")
-            continue
-        text = render(ev)
-        if text is not None:
-            quiet_until = time.monotonic() + keepalive
-            yield text
-            if until is not None and until(ev):
-                return

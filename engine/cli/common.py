@@ -17,9 +17,11 @@ from contextlib import contextmanager
 import click
 import redis
 
+from ghostless.core import logs
 from ghostless.core.app import AppError, ignored_url, load_app
 from ghostless.core.errors import GhostlessError, IllegalTransition, TaskNotFound
 from ghostless.core.keys import parse_task_id
+from ghostless.core.logs import LOG_FORMATS
 
 APP = click.option(
     "--app", "app_spec", envvar="GHOSTLESS_APP", show_envvar=True, help="module:attribute of the Engine."
@@ -39,6 +41,15 @@ LOG_LEVEL = click.option(
     envvar="GHOSTLESS_LOG_LEVEL",
     show_envvar=True,
     help="Least severe log messages shown.",
+)
+LOG_FORMAT = click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    default="text",
+    show_default=True,
+    envvar="GHOSTLESS_LOG_FORMAT",
+    show_envvar=True,
+    help="text, or json: one JSON object a line (time, level, logger, message, task_id, attempt).",
 )
 JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 BY = click.option("--by", default="cli", show_default=True, help="Who acts (recorded in the task's history).")
@@ -105,8 +116,9 @@ def progress(length: int, label: str, hidden: bool = False):
     return click.progressbar(length=length, label=label, file=stream, show_pos=True)
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """Log to stderr at ``level`` in ``fmt`` (engine/core/logs.py)."""
+    logs.configure(level, fmt)
 
 
 def checked_task_id(task_id: str) -> str:

@@ -67,6 +67,7 @@ def task_block(task: Task) -> str:
         ("started", when(task.started_at) if task.started_at else ""),
         ("finished", when(task.finished_at) if task.finished_at else ""),
         ("next retry", when(task.next_retry_at) if task.next_retry_at else ""),
+        ("expires", when(task.expires_at) if task.expires_at and not task.terminal else ""),
         ("lease until", when(task.lease_deadline) if task.lease_deadline else ""),
         ("error", task.error_kind),
         ("reason", task.reason),

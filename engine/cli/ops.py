@@ -15,7 +15,17 @@ import sys
 
 import click
 
-from ghostless.cli.common import BY, LOG_LEVEL, BadArgument, checked_task_id, dump, load_engine, progress, setup_logging
+from ghostless.cli.common import (
+    BY,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    BadArgument,
+    checked_task_id,
+    dump,
+    load_engine,
+    progress,
+    setup_logging,
+)
 from ghostless.cli.format import event_line, history_table, stats_tables, task_block, task_table, when
 from ghostless.cli.root import command
 from ghostless.core import check as check_mod
@@ -53,6 +63,7 @@ def _get(engine, task_id):
 @click.option("--depends-on", multiple=True, help="A task (same queue) that must succeed first; repeatable.")
 @click.option("--due-in", type=float, help="Seconds by which it should have ended (else: overdue).")
 @click.option("--escalate-in", type=float, help="Seconds after which an unfinished task escalates.")
+@click.option("--expires-in", type=float, help="Seconds within which it must start, else it is cancelled (expired).")
 @click.option("--notify-url", help="Webhook for its notifications (the app must enable them).")
 @click.option(
     "--from-file",
@@ -73,6 +84,7 @@ def submit_command(
     depends_on,
     due_in,
     escalate_in,
+    expires_in,
     notify_url,
     from_file,
 ):
@@ -88,6 +100,7 @@ def submit_command(
         depends_on=list(depends_on) or None,
         due_in=due_in,
         escalate_in=escalate_in,
+        expires_in=expires_in,
         notify_url=notify_url,
     )
     if from_file is None:
@@ -313,12 +326,13 @@ def check_command(ctx, app_spec, redis_url, as_json):
 @click.option("--burst", is_flag=True, help="Run one tick (fire what is due now) and exit.")
 @click.option("--list", "list_only", is_flag=True, help="Print the schedules and their periods, then exit.")
 @LOG_LEVEL
-def scheduler_command(app_spec, redis_url, as_json, interval, burst, list_only, log_level):
+@LOG_FORMAT
+def scheduler_command(app_spec, redis_url, as_json, interval, burst, list_only, log_level, log_format):
     """Fire the app's periodic tasks, exactly once per period (run any number of copies)."""
     from ghostless.periodic.schedules import describe, schedules
 
     if not list_only:
-        setup_logging(log_level)  # before the app loads: its start-up checks log what Redis would lose
+        setup_logging(log_level, log_format)  # before the app loads: its start-up checks log what Redis would lose
     engine = load_engine(app_spec, redis_url, quiet=list_only)
     if not schedules(engine) and list_only:
         dump([]) if as_json else click.echo("no periodic tasks in the app")

@@ -12,7 +12,17 @@ import threading
 
 import click
 
-from ghostless.cli.common import APP, JSON, LOG_LEVEL, REDIS, dump, load_engine, one_line_errors, setup_logging
+from ghostless.cli.common import (
+    APP,
+    JSON,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    REDIS,
+    dump,
+    load_engine,
+    one_line_errors,
+    setup_logging,
+)
 from ghostless.web.serve import CONNECTIONS, SERVERS
 
 
@@ -52,19 +62,72 @@ def command(name: str, **kw):
     help="fork: each attempt in a work-horse process (isolation); simple: in the worker itself.",
 )
 @click.option("--burst", is_flag=True, help="Stop when the queues are empty.")
-@click.option("--name", help="Worker name (default: RQ's unique name).")
+@click.option("--name", help="Worker name (default: RQ's unique name; with --concurrency: NAME-1, NAME-2, ...).")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    envvar="GHOSTLESS_CONCURRENCY",
+    show_envvar=True,
+    help="Workers run by this command, each an RQ worker of its own under one supervisor: one "
+    "SIGTERM or Ctrl-C stops them all gracefully, a crashed one is started again.",
+)
+@click.option(
+    "--rq-queue",
+    "rq_queues",
+    multiple=True,
+    metavar="NAME",
+    help="Also serve this plain RQ queue (repeatable): its jobs run exactly as RQ runs them, after "
+    "the ghostless queues in priority (docs/migrating.md).",
+)
+@click.option(
+    "--rq-serializer",
+    default="pickle",
+    show_default=True,
+    help="How the plain RQ queues' jobs were serialized: pickle (RQ's default), json, or module.Class.",
+)
 @LOG_LEVEL
-def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_level):
-    """Run an RQ worker for the app's queues (all registered queues by default)."""
-    from ghostless.execution.worker import run_worker
+@LOG_FORMAT
+def worker_command(
+    app_spec, redis_url, queues, worker_class, burst, name, concurrency, rq_queues, rq_serializer, log_level, log_format
+):
+    """Run RQ workers for the app's queues (all registered queues by default)."""
+    from rq.serializers import resolve_serializer
 
+    from ghostless.execution.worker import plain_rq_queues, run_worker, worker_queues
+
+    setup_logging(log_level, log_format)  # before the app loads: its start-up checks log
     engine = load_engine(app_spec, redis_url)
-    setup_logging(log_level)
-    engine.data_epoch.watch()  # logs an error if Redis loses its data while this worker runs
-    try:
-        run_worker(engine, list(queues) or None, worker_class, burst=burst, name=name, logging_level=log_level)
-    except ValueError as e:
+    try:  # refused here, once, not in every worker
+        names = worker_queues(engine, list(queues) or None, worker_class)
+        legacy = plain_rq_queues(engine, list(rq_queues))
+        resolve_serializer(rq_serializer)
+    except (ValueError, ImportError, AttributeError, NotImplementedError) as e:
         raise click.UsageError(str(e)) from None
+
+    def work(index: int | None = None) -> int:
+        engine.data_epoch.watch()  # logs an error if Redis loses its data while this worker runs
+        own = f"{name}-{index + 1}" if name and index is not None else name
+        run_worker(
+            engine,
+            names,
+            worker_class,
+            burst=burst,
+            name=own,
+            logging_level=log_level,
+            rq_queues=legacy,
+            rq_serializer=rq_serializer,
+        )
+        return 0
+
+    if concurrency == 1:
+        work()
+        return
+    from ghostless.execution.supervisor import Supervisor
+
+    raise SystemExit(Supervisor(work, concurrency, burst=burst).run())
 
 
 @main.command("sweeper")
@@ -78,18 +141,24 @@ def worker_command(app_spec, redis_url, queues, worker_class, burst, name, log_l
     help="Longest sleep between ticks (seconds); it wakes earlier for the next deadline.",
 )
 @click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--name", help="Sweeper name in the sweeper registry (default: <hostname>.<pid>).")
 @LOG_LEVEL
-def sweeper_command(app_spec, redis_url, interval, batch, log_level):
+@LOG_FORMAT
+def sweeper_command(app_spec, redis_url, interval, batch, name, log_level, log_format):
     """Reclaim expired leases, promote due retries, re-dispatch lost jobs, purge old tasks."""
     from ghostless.core.sweep import run_sweeper
+    from ghostless.core.sweepers import sweeper_name
 
+    setup_logging(log_level, log_format)  # before the app loads: its start-up checks log
     engine = load_engine(app_spec, redis_url)
-    setup_logging(log_level)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    logging.getLogger("ghostless.sweeper").info("sweeper started: queues %s", ", ".join(engine.queues()) or "-")
-    run_sweeper(engine, interval, batch, stop)
+    name = name or sweeper_name()
+    logging.getLogger("ghostless.sweeper").info(
+        "sweeper started: queues %s, name %s", ", ".join(engine.queues()) or "-", name, extra={"sweeper": name}
+    )
+    run_sweeper(engine, interval, batch, stop, name=name)
 
 
 @main.command("demo", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -136,14 +205,18 @@ def demo_command(ctx):
     help="Threads per process (gthread): each open SSE stream or long-poll holds one.",
 )
 @LOG_LEVEL
-def web_command(app_spec, redis_url, host, port, workers, threads, server, connections, log_level):
+@LOG_FORMAT
+def web_command(app_spec, redis_url, host, port, workers, threads, server, connections, log_level, log_format):
     """Serve the web app and JSON API (gunicorn gevent workers; Flask's dev server without gunicorn)."""
     from ghostless.web.serve import serve
 
+    setup_logging(log_level, log_format)  # before the app loads: its start-up checks log
     engine = load_engine(app_spec, redis_url)
-    setup_logging(log_level)
     if redis_url:
         os.environ["GHOSTLESS_REDIS_URL"] = redis_url  # gunicorn workers load the app again
+    # gunicorn's logger (web/accesslog.py) formats its lines and the app's by these, also in the
+    # fresh interpreter of the gevent server.
+    os.environ["GHOSTLESS_LOG_FORMAT"], os.environ["GHOSTLESS_LOG_LEVEL"] = log_format, log_level.upper()
     try:
         serve(engine, app_spec, host, port, workers, threads, server=server, connections=connections)
     except RuntimeError as e:

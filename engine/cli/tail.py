@@ -2,9 +2,10 @@
 
 Every transition, stage, progress report and refused stale call is an entry of its
 queue's stream (lua/lib/record.lua ``emit``). A Tail reads them with XREAD BLOCK over
-every queue's stream (new queues are picked up as they appear), or over one task's
-queue, in stream-id order (two queues' events of the same millisecond come in either
-order), as the dicts the web's SSE sends (engine/core/streams.py).
+every queue's stream (new queues are picked up as they appear; on a Redis Cluster by polling,
+engine/core/streams.py ``follow_streams``), or over one task's queue, in stream-id order (two
+queues' events of the same millisecond come in either order), as the dicts the web's SSE sends
+(engine/core/streams.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 
 from ghostless.core.clock import server_ms
 from ghostless.core.keys import parse_task_id
-from ghostless.core.streams import MAX_SEQ, is_terminal, parse_stream_id, read_stream, stream_event
+from ghostless.core.streams import MAX_SEQ, follow_streams, is_terminal, parse_stream_id, read_stream, stream_event
 from ghostless.core.text import text
 
 BATCH = 500
@@ -79,12 +80,10 @@ class Tail:
                 self.engine.redis.time()  # no queue yet: wait, but notice Redis going away
                 time.sleep(self.block_ms / 1000)
                 continue
-            reply = self.engine.redis.xread(
-                {self._key(q): p for q, p in self.positions.items()}, count=BATCH, block=self.block_ms
-            )
+            streams = {self._key(q): p for q, p in self.positions.items()}
             batch = []
-            for key, entries in reply or []:
-                queue = self._queue_of(text(key))
+            for key, entries in follow_streams(self.engine.redis, streams, BATCH, self.block_ms):
+                queue = self._queue_of(key)
                 for sid, fields in entries:
                     batch.append(stream_event(queue, sid, fields))
                 if entries:

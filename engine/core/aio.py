@@ -18,7 +18,7 @@ import asyncio
 
 from ghostless.core import dependencies as deps
 
-from . import listing, submit_call, task_calls, waiting
+from . import listing, submit_call, task_calls, tracing, waiting
 from .aio_watch import StreamWatch
 from .cluster import is_cluster
 from .connect import connect_async
@@ -87,7 +87,7 @@ class AsyncEngine:
         return self.engine.task(*args, **kwargs)
 
     # The Engine's calls, written once (engine/core/steps.py).
-    submit = async_call(submit_call.submit)
+    submit = tracing.traced_submit(async_call(submit_call.submit))
     get = async_call(task_calls.get)
     get_many = async_call(task_calls.get_many)
     history = async_call(task_calls.history)

@@ -11,6 +11,10 @@ from .text import text, text_or_none
 
 SETS = ("dispatch", "leases", "retries", "expiry", "waiting")
 LINE = "ready"  # QUEUED tasks only, in the order workers take them
+START_BY = "start_by"  # unfinished tasks never started that expire, by their expiry
+# The wait lines (lib/record: wait_lines) hold tasks of their state only. A task of that state may
+# be missing from its line: one that began to wait before the lines existed.
+WAIT_LINES = {"pending_since": State.PENDING.value, "queued_since": State.QUEUED.value}
 CHUNK = 500
 
 
@@ -27,7 +31,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
     problems: list[str] = []
     members = {
         name: {text(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
-        for name in SETS + (LINE,)
+        for name in SETS + (LINE, START_BY, *WAIT_LINES)
     }
     ids = [text(m) for m in r.zrange(k.queue_key(queue, "index"), 0, -1)]
     scanned = {s.value: 0 for s in State}
@@ -47,6 +51,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 "attempt",
                 "owner",
                 "waiting_on",
+                "expires_at",
             )
         rows = pipe.execute()
         pipe = r.pipeline(transaction=False)
@@ -55,7 +60,9 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
         replies = pipe.execute()
         for tid, row, listed, args_bytes in zip(chunk, rows, replies[::2], replies[1::2]):
             seen.add(tid)
-            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting = (text_or_none(x) for x in row)
+            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting, expires = (
+                text_or_none(x) for x in row
+            )
             if status is not None and State(status) not in TERMINAL:
                 unfinished[f"n:{owner}"] = unfinished.get(f"n:{owner}", 0) + 1
                 unfinished[f"b:{owner}"] = unfinished.get(f"b:{owner}", 0) + args_bytes
@@ -77,6 +84,15 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 problems.append(
                     f"{tid}: {status} {'missing from' if tid not in members[LINE] else 'in'} the ready line"
                 )
+            # a claim clears expires_at; a terminal task keeps it, out of the set
+            expected_by = float(expires) if expires and State(status) not in TERMINAL else None
+            if members[START_BY].get(tid) != expected_by:
+                problems.append(
+                    f"{tid}: {status} with expiry {expires or 'none'} but start_by holds {members[START_BY].get(tid)}"
+                )
+            for line, state in WAIT_LINES.items():
+                if tid in members[line] and (status != state or waiting == "1"):
+                    problems.append(f"{tid}: {status} is in the {line} line")
             if status == State.PROCESSING.value:
                 parts = [int(lease_until or 0), int(attempt_dl or 0)] + (
                     [int(stage_dl)] if stage_dl and int(stage_dl) else []

@@ -5,16 +5,44 @@ shard. redis-py's cluster pipeline refuses EVALSHA; ``ScriptBatch`` sends a batc
 through it as raw EVALSHA commands instead (one round trip per shard), and runs a script again
 through its Script object where a shard lacks it (NOSCRIPT: a replica promoted after a failover
 has an empty script cache), which loads it there.
+
+A write that waits for replicas (``Config.wait_replicas``) needs its WAIT on the connection that
+ran the script, which the cluster client cannot give (it sends a keyless WAIT to any node):
+``run_then_wait`` routes the scripts and their WAIT itself, in one pipeline on one connection to
+each slot owner (scripts.py, the one place that runs Lua, sends the pipeline: ``Lua``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import (
+    AskError,
+    ConnectionError as RedisConnectionError,
+    MovedError,
+    NoScriptError,
+    TimeoutError as RedisTimeoutError,
+)
+
+#: (script, keys, args): one script call; its first key names the slot it runs on
+Call = tuple[Script, Sequence, Sequence]
+#: sends of a call whose reply shows it did not run (NOSCRIPT, MOVED, ASK, an unreachable owner)
+ATTEMPTS = 3
+
+
+class Lua(Protocol):
+    """How ``run_then_wait`` runs Lua on one server (scripts.py gives it: the one place that does)."""
+
+    def send(self, server, calls: list[Call], asking: bool, wait: tuple) -> list:
+        """One pipeline on ``server`` (one connection, in order, no MULTI): each call (after
+        ASKING when ``asking``) then ``wait``; the calls' replies then WAIT's, errors in place."""
+
+    def load(self, server, script: Script) -> None:
+        """Load ``script`` into ``server``'s script cache."""
 
 
 def is_cluster(client: object) -> bool:
@@ -23,10 +51,10 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, (RedisCluster, AsyncRedisCluster))
 
 
-def batch(client, scripts: Iterable[Script]):
+def batch(client, scripts: Iterable[Script], lua: Lua):
     """A pipeline for script calls (``script(keys, args, client=batch)``) and ``execute()``:
     redis-py's own on one Redis, a ScriptBatch on a cluster."""
-    return ScriptBatch(client, scripts) if is_cluster(client) else client.pipeline(transaction=False)
+    return ScriptBatch(client, scripts, lua) if is_cluster(client) else client.pipeline(transaction=False)
 
 
 class ScriptBatch:
@@ -34,27 +62,136 @@ class ScriptBatch:
     ``execute`` runs them all and returns their replies in order (the first error raised after
     every call ran, as a pipeline does)."""
 
-    def __init__(self, client: RedisCluster, scripts: Iterable[Script]):
-        self._pipe = client.pipeline()
+    def __init__(self, client: RedisCluster, scripts: Iterable[Script], lua: Lua):
+        self._client, self._lua = client, lua
         self._scripts = {s.sha: s for s in scripts}
-        self._calls: list[tuple[str, int, tuple]] = []
+        self._calls: list[Call] = []
 
     def evalsha(self, sha: str, numkeys: int, *keys_and_args) -> ScriptBatch:
-        self._calls.append((sha, numkeys, keys_and_args))
-        self._pipe.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
+        self._calls.append((self._scripts[sha], keys_and_args[:numkeys], keys_and_args[numkeys:]))
         return self
 
     def execute(self) -> list:
         calls, self._calls = self._calls, []
-        replies = self._pipe.execute(raise_on_error=False) if calls else []
-        out: list = []
-        error: Exception | None = None
-        for (sha, numkeys, keys_and_args), reply in zip(calls, replies):
-            if isinstance(reply, NoScriptError):  # loads the script on that shard, runs it once
-                reply = self._scripts[sha](keys=keys_and_args[:numkeys], args=keys_and_args[numkeys:])
-            elif isinstance(reply, Exception):
-                error = error or reply
-            out.append(reply)
-        if error is not None:
-            raise error
-        return out
+        pipe = self._client.pipeline()
+        for script, keys, args in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        replies = pipe.execute(raise_on_error=False) if calls else []
+        out = [
+            script(keys=keys, args=args) if isinstance(reply, NoScriptError) else reply  # loads it on that shard
+            for (script, keys, args), reply in zip(calls, replies)
+        ]
+        return _raising_first(out)
+
+    def execute_then_wait(self, wait: tuple) -> tuple[list, int | None]:
+        """``execute``, each shard's calls followed by ``wait`` on their connection: (replies, the
+        fewest replicas a shard's WAIT counted; None when nothing ran)."""
+        calls, self._calls = self._calls, []
+        replies, acked = run_then_wait(self._client, calls, wait, self._lua)
+        return _raising_first(replies), acked
+
+
+def _raising_first(replies: list) -> list:
+    error = next((r for r in replies if isinstance(r, Exception)), None)
+    if error is not None:
+        raise error
+    return replies
+
+
+def run_then_wait(client, calls: Sequence[Call], wait: tuple, lua: Lua) -> tuple[list, int | None]:
+    """Run ``calls`` then ``wait`` (the WAIT command) on one connection per server: the client's
+    on one Redis; on a cluster a connection to the primary that owns each call's slot, the calls
+    of one owner in one pipeline ended by its WAIT (WAIT counts the writes of its own connection).
+    Returns the replies in order (errors in place) and the fewest replicas a WAIT counted after
+    calls that ran (None when none ran).
+
+    A call is sent again (``ATTEMPTS`` sends in all) only where nothing ran: NOSCRIPT (the script
+    is loaded on that server first: a promoted replica's cache is empty), MOVED (the slot map takes
+    the new owner it names), ASK (sent to the node named, after ASKING: a slot being migrated), or
+    an owner that could not be reached before anything was sent (the slot map is refreshed: after a
+    failover its replica may serve the slot). TRYAGAIN (a multi-key script while its slot's keys are
+    being migrated) is raised, as other errors are. A connection lost after sending is raised, the
+    slot map refreshed for the next call: the script may have run, and a state-changing script is
+    never sent twice on a guess.
+    """
+    out: list[Any] = [None] * len(calls)
+    pending, ask = list(range(len(calls))), dict[int, str]()
+    acked: int | None = None
+    for attempt in range(ATTEMPTS):
+        again: list[int] = []
+        refresh = False
+        for server, asking, indexes in _owners(client, pending, calls, ask):
+            try:
+                if server is not client:
+                    _reachable(server)
+                *replies, count = lua.send(server, [calls[i] for i in indexes], asking, wait)
+            except _NotSent as e:
+                if attempt == ATTEMPTS - 1:
+                    raise e.cause from None
+                refresh = True
+                again += indexes
+                continue
+            except (RedisConnectionError, RedisTimeoutError):
+                if server is not client:
+                    client.nodes_manager.initialize()
+                raise
+            ran = False
+            for i, reply in zip(indexes, replies):
+                out[i] = reply
+                ask.pop(i, None)
+                if isinstance(reply, NoScriptError):
+                    lua.load(server, calls[i][0])
+                elif isinstance(reply, MovedError):  # before AskError: redis-py's MovedError is one
+                    client.nodes_manager.move_slot(reply)
+                elif isinstance(reply, AskError):
+                    ask[i] = f"{reply.host}:{reply.port}"
+                else:
+                    ran = True
+                    continue
+                again.append(i)
+            if ran:
+                if isinstance(count, Exception):
+                    raise count
+                acked = int(count) if acked is None else min(acked, int(count))
+        if refresh:
+            client.nodes_manager.initialize()
+        if not again:
+            break
+        pending = again
+    return out, acked
+
+
+class _NotSent(Exception):
+    """A connection to a slot owner failed (``cause``) before anything was sent on it."""
+
+    def __init__(self, cause: Exception):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _owners(client, pending: list[int], calls: Sequence[Call], ask: dict[int, str]):
+    """(server, asking, call indexes) per server the pending calls go to."""
+    if not is_cluster(client):
+        yield client, False, pending
+        return
+    groups: dict[tuple[str, bool], list[int]] = {}
+    for i in pending:
+        name = ask.get(i) or client.get_node_from_key(calls[i][1][0]).name
+        groups.setdefault((name, i in ask), []).append(i)
+    for (name, asking), indexes in groups.items():
+        node = client.get_node(node_name=name)
+        if node is None:  # an ASK to a node the slot map does not know yet
+            client.nodes_manager.initialize()
+            node = client.get_node(node_name=name) or client.get_node_from_key(calls[indexes[0]][1][0])
+        yield client.get_redis_connection(node), asking, indexes
+
+
+def _reachable(server) -> None:
+    """Take the connection a pipeline on a slot owner's client takes next: a dead owner refuses it
+    before anything is sent (_NotSent)."""
+    try:  # the pool hands the pipeline this same connection next (another thread may take it:
+        # then a refusal comes from inside the pipeline and is raised, never resent)
+        pool = server.connection_pool
+        pool.release(pool.get_connection())
+    except (RedisConnectionError, RedisTimeoutError) as e:
+        raise _NotSent(e) from e

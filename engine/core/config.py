@@ -8,6 +8,9 @@ DAY = 24 * 3600
 #: A script that sets a deadline sooner than this wakes the sweepers (lib/record: place), so a
 #: retry due in 0.3 s is promoted then, not at the sweeper's next wake-up (up to --interval).
 WAKE_WITHIN = 1.0
+#: Upper bounds (seconds) of the queue wait and run time histograms the scripts keep per queue
+#: (lib/record: observe; web/metrics.py): seconds-long tasks to hours-long ones. Above the last: +Inf.
+DURATION_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 7200, 21600)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from ghostless.core import (
     stats as stats_mod,
     submit_call,
     sweep as sweep_mod,
+    tracing,
     waiting,
 )
 
@@ -35,6 +36,7 @@ from .management import Management
 from .models import Task
 from .plans import Plan
 from .quota import Quota
+from .rates import Rate
 from .reads import Reads
 from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts
@@ -107,19 +109,24 @@ class Engine(LeaseCalls, Management, Reads):
         permanent_errors=(),
         breaker: Breaker | bool | None = None,
         upstream: str = "",
+        rate: str | Rate | None = None,
         verify: Callable | None = None,
         internal: bool = False,
     ) -> Callable:
         """Decorator registering a task type (the allowlist of what may be submitted and run).
 
         ``breaker`` (a Breaker, or True for the defaults; implied by ``upstream``) guards the
-        upstream the type calls; types naming the same ``upstream`` share one breaker.
+        upstream the type calls; types naming the same ``upstream`` share one breaker. ``rate``
+        (``"20/s"``, ``"600/min"``, ``"1000/h"``: engine/core/rates.py) caps the attempts of the
+        upstream (default: of the type) that start in any such window, across every worker; its
+        types must give the same rate, in one queue. Raises BadRate, ValueError.
         ``verify(result, ctx)`` checks a result before SUCCESS is recorded: returning False or
         raising fails the attempt (``verification_failed``, retried). ``internal`` types (and every
         ``ghostless.*`` one) are submitted by engine code only: ``submit(..., internal=True)``.
         """
         if breaker is True or (upstream and breaker is None):
             breaker = Breaker()
+        limit = Rate.parse(rate) if rate is not None else None  # BadRate now, not at the decoration
 
         def register(fn: Callable) -> Callable:
             self.registry.add(
@@ -135,6 +142,7 @@ class Engine(LeaseCalls, Management, Reads):
                     permanent_errors=tuple(permanent_errors),
                     breaker=breaker or None,
                     upstream=upstream,
+                    rate=limit,
                     verify=verify,
                     internal=internal,
                 )
@@ -151,7 +159,7 @@ class Engine(LeaseCalls, Management, Reads):
     queues = sync_call(listing.queues)
 
     # -- client calls (written once as steps: engine/core/steps.py; the AsyncEngine runs them too) --
-    submit = sync_call(submit_call.submit)
+    submit = tracing.traced_submit(sync_call(submit_call.submit))
 
     def _do(self, step):
         """One step of a client call (engine/core/steps.py), done on this engine's redis-py client."""

@@ -28,6 +28,8 @@ class Code(enum.IntEnum):
     UNKNOWN_PARENT = -9  # submit: a task it depends on does not exist
     QUOTA_EXCEEDED = -10  # submit, edit: the owner's quota refuses another task (engine/core/quota.py)
     ATTEMPT_ENDED = -11  # heartbeat: the attempt of this token has already reported its outcome
+    RATE_LIMITED = -12  # claim: the upstream's rate limit has no start left in its window: park the task
+    EXPIRED = -13  # claim: the task was not started before its expiry: the claim cancelled it instead
 
 
 #: Redis failing for its own reasons (unreachable, hung, restarting, loading, full under noeviction,
@@ -81,6 +83,14 @@ class IllegalTransition(GhostlessError):
     def __init__(self, task_id: str, state: str, verb: str):
         self.task_id, self.state, self.verb = task_id, state, verb
         super().__init__(f"cannot {verb} task {task_id!r} in state {state}")
+
+
+class TaskExpired(IllegalTransition):
+    """The claim found the task past its expiry (``submit(..., expires_in=)``) and not yet started:
+    it cancelled it (reason ``expired``) instead of starting it."""
+
+    def __init__(self, task_id: str):
+        super().__init__(task_id, "CANCELLED (expired)", "claim")
 
 
 class LeaseLost(GhostlessError):
@@ -145,12 +155,42 @@ class QuotaExceeded(GhostlessError):
         super().__init__(f"quota of {owner!r} in queue {queue!r} exceeded ({limit}): {wait}")
 
 
-class BreakerOpen(GhostlessError):
+class UpstreamBusy(GhostlessError):
+    """The claim was refused, nothing changed: the task's upstream takes no attempt now. ``park``
+    the task for ``wait`` seconds (``Engine.park(task_id, e.wait, e.upstream, e.kind)``)."""
+
+    kind = ""  # the parked task's error_kind, and its reason's prefix
+
+    def __init__(self, task_id: str, upstream: str, wait: float, why: str = ""):
+        self.task_id, self.upstream, self.wait = task_id, upstream, wait
+        super().__init__(f"upstream {upstream!r} {why}: task {task_id!r} waits {wait:.3f}s")
+
+
+class BreakerOpen(UpstreamBusy):
     """The claim was refused: the task's upstream circuit breaker is open (nothing changed)."""
 
+    kind = "upstream_open"
+
     def __init__(self, task_id: str, upstream: str, wait: float):
-        self.task_id, self.upstream, self.wait = task_id, upstream, wait
-        super().__init__(f"upstream {upstream!r} is open: task {task_id!r} waits {wait:.1f}s")
+        super().__init__(task_id, upstream, wait, "is open")
+
+
+class RateLimited(UpstreamBusy):
+    """The claim was refused: the upstream's rate limit has no start left in its window (nothing
+    changed); ``wait`` is when its next start slot frees."""
+
+    kind = "rate_limited"
+
+    def __init__(self, task_id: str, upstream: str, wait: float):
+        super().__init__(task_id, upstream, wait, "is at its rate limit")
+
+
+class BadRate(GhostlessError, ValueError):
+    """A task type's ``rate`` is not a rate (``"20/s"``, ``"600/min"``, ``"1000/h"``)."""
+
+    def __init__(self, rate: object, why: str):
+        self.rate, self.why = rate, why
+        super().__init__(f"bad rate {rate!r}: {why}")
 
 
 class IdempotencyConflict(GhostlessError):

@@ -54,7 +54,14 @@ def queue_tag(queue: str) -> str:
 def rq_queue_name(namespace: str, queue: str, priority: int = 0, tagged: bool = False) -> str:
     """The RQ queue of one priority of a queue: ``gl.images`` (0), ``gl.images@+5``,
     ``gl.images@-3``; tagged: ``gl.{images}@+5``."""
-    return f"{namespace}.{queue_tag(queue) if tagged else queue}" + (f"@{priority:+d}" if priority else "")
+    return f"{rq_queue_prefix(namespace)}{queue_tag(queue) if tagged else queue}" + (
+        f"@{priority:+d}" if priority else ""
+    )
+
+
+def rq_queue_prefix(namespace: str) -> str:
+    """What every RQ queue name of a namespace's queues starts with: ``gl.``."""
+    return f"{namespace}."
 
 
 def rq_job_id(queue: str, dispatch_id: str) -> str:
@@ -114,6 +121,9 @@ class TaskKeys(NamedTuple):
     outbox: str  # list: webhook notifications to hand to the notifier (JSON entries)
     notifications: str  # list: ids of the notification tasks made for this task
     owners: str  # hash: per owner, unfinished tasks ('n:<owner>') and their args bytes ('b:<owner>')
+    start_by: str  # zset: tasks never started that expire (submit's expires_in), scored by when (ms)
+    pending_since: str  # zset: PENDING tasks ready to run, scored by when they began to wait (ms)
+    queued_since: str  # zset: QUEUED tasks, scored by when they began to wait (ms; lib/record: wait_lines)
 
 
 class Keys:
@@ -163,6 +173,9 @@ class Keys:
             outbox=f"{q}:outbox",
             notifications=f"{t}:notifications",
             owners=f"{q}:owners",
+            start_by=f"{q}:start_by",
+            pending_since=f"{q}:pending_since",
+            queued_since=f"{q}:queued_since",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:
@@ -182,6 +195,15 @@ class Keys:
     def breaker(self, queue: str, upstream: str) -> str:
         """Hash: one upstream's circuit breaker state and outcome counts, in one queue."""
         return self.queue_key(queue, f"breaker:{upstream}")
+
+    def rate_log(self, queue: str, upstream: str) -> str:
+        """Zset: one upstream's attempt starts in its rate limit's current window, by start time
+        (ms), in the queue its types share (lua/lib/limit.lua)."""
+        return self.queue_key(queue, f"limit:log:{upstream}")
+
+    def rate_parked(self, queue: str, upstream: str) -> str:
+        """Zset: tasks parked by one upstream's rate limit, by when their park ends (ms)."""
+        return self.queue_key(queue, f"limit:parked:{upstream}")
 
     def webhooks(self) -> str:
         """Hash: owner -> default webhook URL for their tasks' notifications."""
@@ -235,7 +257,12 @@ class Keys:
         the scheduler working now; a short TTL. Outside any hash tag, like ``periodic_state``."""
         return self._untagged("scheduler_lock")
 
+    def sweepers(self) -> str:
+        """Zset: the sweeper registry, sweeper name -> server time (ms) of its last recorded tick,
+        under the global hash tag; silent sweepers drop out (engine/core/sweepers.py)."""
+        return self.global_key("sweepers")
+
     def deadline_channels(self) -> list[str]:
         """PSUBSCRIBE patterns of the channels named after each queue's deadline sets, on which a
         script announces a deadline sooner than the sweeper's next look (lua/lib/record.lua)."""
-        return [self.queue_key("*", name) for name in ("dispatch", "leases", "retries", "waiting")]
+        return [self.queue_key("*", name) for name in ("dispatch", "leases", "retries", "waiting", "start_by")]

@@ -12,13 +12,12 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from ghostless.core import breakers as breakers_mod
+from ghostless.core import breakers as breakers_mod, rates as rates_mod
 
+from .clients import heartbeat_client
 from .config import ms
-from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RedisFull, TaskNotFound
+from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RateLimited, RedisFull, TaskNotFound
 from .keys import parse_task_id
 from .models import Lease
 from .states import State
@@ -34,40 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ghostless")
 MAX_UNREPORTED = 10_000  # lost-job reports a process keeps while Redis refuses them
-
-
-def client_like(client, **overrides):
-    """A client of its own (own pool) on the same server and settings as ``client``, with
-    ``overrides`` of its connection settings; ``client`` itself where its pool is not a plain
-    one (cluster, sentinel: share it)."""
-    pool = getattr(client, "connection_pool", None)
-    if type(pool) is not redis.ConnectionPool:
-        return client
-    return type(client)(
-        connection_pool=redis.ConnectionPool(
-            connection_class=pool.connection_class,
-            max_connections=pool.max_connections,
-            **{**pool.connection_kwargs, **overrides},
-        )
-    )
-
-
-def no_resends() -> dict:
-    """Connection settings under which redis-py sends a command once (no retry on any error)."""
-    return {"retry": Retry(NoBackoff(), 0), "retry_on_error": [], "retry_on_timeout": False}
-
-
-def short_client(client, timeout: float):
-    """``client_like`` with socket timeouts of ``timeout`` seconds and no resends: a call to a Redis
-    that hangs or is cut off fails within ``timeout``."""
-    return client_like(client, socket_timeout=timeout, socket_connect_timeout=timeout, **no_resends())
-
-
-def heartbeat_client(client, lease: float):
-    """The client heartbeats of a ``lease``-second lease go on: a heartbeat fails within a third
-    of the lease instead of after the engine client's timeout and resends (~10 s, whatever the
-    lease), so the holder learns within the lease that it can no longer renew it."""
-    return short_client(client, max(lease / 3, 0.01))
 
 
 class LeaseCalls:
@@ -99,6 +64,9 @@ class LeaseCalls:
         Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
             UnknownTaskType (this engine does not run the task's type; nothing is imported),
             BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task),
+            RateLimited (its upstream's rate limit has no start left now: nothing changed; ``park``
+            it for ``e.wait``, when its slot frees), TaskExpired (an IllegalTransition: the task was
+            past its expiry and never started; the claim cancelled it, reason ``expired``),
             RedisFull or redis-py's ConnectionError/TimeoutError (the job given is then reported lost:
             ``job_lost``, so the sweeper dispatches the task again within seconds).
         """
@@ -106,24 +74,28 @@ class LeaseCalls:
         types = "," + ",".join(t.name for t in self.registry) + ","
         keys = self._keys(task_id)
         breaker_key, spec, tt = None, "", None
-        if any(t.breaker for t in self.registry):  # only then is the type needed before the claim
+        limit_keys: tuple[str, ...] = ()
+        limit_spec = ""
+        if any(t.breaker or t.rate for t in self.registry):  # only then is the type needed before the claim
             type_name = self.redis.hget(keys.task, "type")
             if type_name is None:
                 raise TaskNotFound(task_id)
             tt = self.registry.get(text_or_none(type_name))
-            if tt.breaker:
-                breaker_key = self.keys.breaker(tt.queue, tt.breaker_name)
-                spec = tt.breaker.spec(tt.breaker_name)
+            breaker_key, spec = self._breaker(tt.name)
+            limit_keys, limit_spec = self._limit(tt.name)
         claim_id = claim_id or uuid.uuid4().hex
         try:
-            reply = self.scripts.claim(keys, task_id, worker, claim_id, dispatch_id, types, breaker_key, spec)
+            reply = self.scripts.claim(
+                keys, task_id, worker, claim_id, dispatch_id, types, breaker_key, spec, limit_keys, limit_spec
+            )
         except (RedisFull, redis.ConnectionError, redis.TimeoutError):
             if dispatch_id:  # the executor handed this job over: it will not be delivered again
                 self.job_lost(task_id, dispatch_id, patience=self.config.dispatch_grace)
             raise
-        if reply[0] == Code.BREAKER_OPEN:
-            assert tt is not None  # a breaker answers only where tt named its key
-            raise BreakerOpen(task_id, tt.breaker_name, int(reply[1]) / 1000)
+        if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED):
+            assert tt is not None  # a breaker or a limit answers only where tt named its keys
+            busy = BreakerOpen if reply[0] == Code.BREAKER_OPEN else RateLimited
+            raise busy(task_id, tt.breaker_name, int(reply[1]) / 1000)
         flat = reply[7] if len(reply) > 7 else []
         return Lease(
             task_id=task_id,
@@ -219,11 +191,13 @@ class LeaseCalls:
         Sent on a client of its own whose timeouts are bounded by the lease (``heartbeat_client``).
         Raises LeaseLost, TaskCancelled (a LeaseLost) when the task was cancelled, AttemptEnded (a
         LeaseLost, quiet) when the lease's attempt has already reported its outcome, and the
-        client's redis errors (a timeout within a third of the lease)."""
+        client's redis errors (a timeout within a third of the lease, or ``Config.wait_timeout``
+        when it waits longer)."""
         clients = self.__dict__.setdefault("_heartbeat_clients", {})
         via = clients.get(lease.lease)
         if via is None:
-            via = clients[lease.lease] = heartbeat_client(self.redis, lease.lease)
+            wait = self.config.wait_timeout if self.config.wait_replicas else 0.0
+            via = clients[lease.lease] = heartbeat_client(self.redis, lease.lease, wait)
         reply = self.scripts.heartbeat(self.keys.task(lease.task_id), lease, ms(lease.lease), via=via)
         return int(reply[1]) / 1000
 
@@ -303,17 +277,44 @@ class LeaseCalls:
             return None, ""
         return self.keys.breaker(tt.queue, tt.breaker_name), tt.breaker.spec(tt.breaker_name)
 
-    def park(self, task_id: str, wait: float, upstream: str) -> State:
-        """Set a task whose upstream breaker is open aside: RETRY_WAITING for ``wait`` seconds (no
-        attempt consumed), or FAILED when its type's breaker policy is to fail fast."""
+    def _limit(self, type_name: str) -> tuple[tuple[str, ...], str]:
+        """(start log and parked set, ARGV spec) of a type's rate limit; ((), '') when it has none."""
+        tt = self.registry.get(type_name)
+        if tt.rate is None:
+            return (), ""
+        name = tt.breaker_name
+        return (self.keys.rate_log(tt.queue, name), self.keys.rate_parked(tt.queue, name)), tt.rate.spec(name)
+
+    def park(self, task_id: str, wait: float, upstream: str, kind: str = "upstream_open") -> State:
+        """Set aside a task whose upstream takes no attempt now (the ``kind`` of UpstreamBusy the
+        claim raised): RETRY_WAITING for ``wait`` seconds, no attempt consumed; with
+        ``upstream_open``, FAILED instead when its type's breaker policy is to fail fast. With
+        ``rate_limited`` the park finds the task's start slot itself (``wait`` is the claim's
+        estimate): it waits until then, to the ms."""
+        if kind not in ("upstream_open", "rate_limited"):
+            raise ValueError(f"kind must be 'upstream_open' or 'rate_limited', got {kind!r}")
         type_name = self.redis.hget(self._keys(task_id).task, "type")
         tt = self.registry.get(text_or_none(type_name))
-        fast = tt.breaker is not None and tt.breaker.policy == "fail"
+        fast = tt.breaker is not None and tt.breaker.policy == "fail" and kind == "upstream_open"
+        limit_keys, limit_spec = self._limit(tt.name) if kind == "rate_limited" else ((), "")
         reply = self.scripts.park(
-            self.keys.task(task_id), task_id, _duration_ms("wait", wait), fast, upstream, uuid.uuid4().hex
+            self.keys.task(task_id),
+            task_id,
+            _duration_ms("wait", wait),
+            fast,
+            upstream,
+            uuid.uuid4().hex,
+            kind,
+            limit_keys,
+            limit_spec,
         )
         return State(reply[1])
 
     def breakers(self) -> list[dict]:
         """State of every registered type's circuit breaker (dashboard, /metrics)."""
         return breakers_mod.states(self)
+
+    def rate_limits(self) -> list[dict]:
+        """Every rate-limited upstream: its rate, starts in the current window, free slots, tasks
+        parked by it now and parks so far (dashboard, /metrics; engine/core/rates.py)."""
+        return rates_mod.states(self)

@@ -15,18 +15,27 @@ from importlib import resources
 from pathlib import Path
 
 from . import priority
-from .config import WAKE_WITHIN
+from .config import DURATION_BUCKETS, WAKE_WITHIN, ms
 from .errors import Code
 from .keys import TaskKeys
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 
 # package data: a real folder installed, editable or in a checkout
 LUA_DIR = Path(str(resources.files("ghostless.lua")))
-LIBS = ("time", "task", "record", "lease", "backoff", "breaker", "quota")  # order matters: later ones use earlier ones
+LIBS = (
+    "time",
+    "task",
+    "record",
+    "lease",
+    "backoff",
+    "breaker",
+    "limit",
+    "quota",
+)  # order matters: later ones use earlier ones
 # fmt: off
 SCRIPTS = (
     "submit", "dispatch", "claim", "heartbeat", "stage", "progress", "checkpoint", "complete", "fail", "release",
-    "expire", "promote", "park", "resolve", "cancel", "edit", "retry", "purge", "overdue", "due", "read",
+    "expire", "promote", "park", "resolve", "lapse", "cancel", "edit", "retry", "purge", "overdue", "due", "read",
 )
 # fmt: on
 
@@ -54,6 +63,7 @@ local TERMINAL = {_lua_set(TERMINAL)}
 local DEADLINE_SET = {{{sets}}}
 local PRIORITY_SPAN = {priority.SPAN}
 local WAKE_WITHIN_MS = {int(WAKE_WITHIN * 1000)}
+local BUCKETS_MS = {{{", ".join(str(ms(b)) for b in DURATION_BUCKETS)}}}  -- config.py DURATION_BUCKETS
 local T = {n}  -- the task's keys (engine/core/keys.py TaskKeys); a script's extra keys follow: KEYS[T + 1], ...
 local function taskkeys(o)
   return {{{fields}}}

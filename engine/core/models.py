@@ -57,6 +57,8 @@ class Task:
     escalate_at: float | None = None
     overdue_at: float | None = None  # when the sweeper recorded it overdue (once)
     escalated_at: float | None = None
+    #: by when it must start, else it ends CANCELLED (expired); None once started, or never
+    expires_at: float | None = None
     #: QUEUED only: how many tasks of its queue start before it (0 = next); O(log N) to read
     position: int | None = None
     #: set by submit: True when an idempotency key (or a resent call) returned an existing task
@@ -112,6 +114,7 @@ class Task:
             escalate_at=_t(g.get("escalate_at")),
             overdue_at=_t(g.get("overdue_at")),
             escalated_at=_t(g.get("escalated_at")),
+            expires_at=_t(g.get("expires_at")),
         )
 
     @classmethod

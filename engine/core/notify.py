@@ -41,6 +41,16 @@ MAX_URL = 2048
 OWNER_CACHE_SECONDS = 10.0
 
 
+def submit_url(engine, type_name: str, owner: str, notify_url: str | None) -> str | None:
+    """The webhook a new task of ``type_name`` notifies: ``notify_url`` (checked), else its owner's
+    default (if any); None without notifications. ValueError for a URL without notifications."""
+    if notify_url is not None:
+        if TYPE not in engine.registry:
+            raise ValueError("notify_url needs engine.enable_notifications(secret) in the app")
+        return check_url(notify_url)
+    return owner_webhook(engine, owner) if TYPE in engine.registry and type_name != TYPE else None
+
+
 def check_url(url: object) -> str:
     if not isinstance(url, str) or len(url) > MAX_URL:
         raise ValueError(f"notify_url must be a string of at most {MAX_URL} characters")

@@ -52,6 +52,8 @@ class SubmitArgs(NamedTuple):
     escalate_ms: int  # 0 = never
     notify_url: str  # '' = none
     quota: str  # lib/quota spec; '' = none
+    expires_ms: int  # 0 = never: else it is cancelled (expired) unless started within this
+    traceparent: str  # W3C traceparent of the submit's span (engine/core/tracing.py); '' = none
     parent_ids: tuple[str, ...] = ()
 
     def argv(self) -> list:

@@ -12,6 +12,7 @@ from typing import Any
 from .config import ms
 from .errors import BadArgs, UnknownTaskType
 from .keys import valid_queue
+from .rates import Rate, check_shared
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _STAGE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -106,6 +107,7 @@ class TaskType:
     permanent_errors: tuple[str, ...] = ()  # error kinds that are never retried
     breaker: Breaker | None = None
     upstream: str = ""  # the breaker's name (types naming one upstream share it); default: the type
+    rate: Rate | None = None  # attempt starts allowed per window, shared by the upstream's types
     verify: Callable | None = None  # verify(result, ctx) -> bool: checked before SUCCESS is recorded
     internal: bool = False  # submitted by engine code only (Engine.submit(..., internal=True))
 
@@ -148,6 +150,8 @@ class TaskType:
             raise ValueError("timeout and lease must be positive")
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ValueError("max_attempts must be an integer >= 1")
+        if self.rate is not None and not isinstance(self.rate, Rate):
+            object.__setattr__(self, "rate", Rate.parse(self.rate))  # BadRate (a ValueError)
         if self.upstream and not _STAGE_RE.fullmatch(self.upstream):
             raise ValueError(f"upstream name must match {_STAGE_RE.pattern}: {self.upstream!r}")
         for stage, limit in self.stages.items():
@@ -180,6 +184,7 @@ class Registry:
     def add(self, task_type: TaskType) -> None:
         if task_type.name in self._types:
             raise ValueError(f"task type {task_type.name!r} is already registered")
+        check_shared(self._types.values(), task_type)
         self._types[task_type.name] = task_type
 
     def get(self, name: object) -> TaskType:

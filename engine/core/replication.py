@@ -4,8 +4,10 @@ Redis replicates asynchronously; ``WAIT n ms`` blocks until ``n`` replicas have 
 so far *on the connection WAIT is sent on*. A pooled client may send two calls on two connections,
 so a script and its WAIT go in one pipeline (``transaction=False``: redis-py sends a pipeline's
 commands on one connection, in order, without MULTI; scripts.py ``_then_wait`` sends it, as the
-one place that runs Lua). A sweeper's pipeline of scripts ends with one WAIT. Scripts that only
-read never wait (``READ_ONLY``).
+one place that runs Lua). A sweeper's pipeline of scripts ends with one WAIT. On a cluster the
+pipeline goes to the primary that owns the script's slot (cluster.run_then_wait), a sweeper's batch
+to each shard it writes to, each ended by its own WAIT. Scripts that only read never wait
+(``READ_ONLY``).
 
 WAIT is not consensus: it says replicas have the write, not that a failover will pick one of them."""
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .cluster import is_cluster
+from .cluster import ScriptBatch
 from .config import Config, ms
 from .errors import RedisSetupError, ReplicationTimeout
 
@@ -33,10 +35,6 @@ class Waiter:
             raise RedisSetupError(
                 f"wait_replicas={self.replicas} needs a Redis server with replicas; fakeredis has no WAIT"
             )
-        if self.replicas and is_cluster(redis):
-            # A cluster client sends a keyless WAIT to any node, not on the connection that ran the
-            # script: it would count another shard's writes.
-            raise RedisSetupError(f"wait_replicas={self.replicas} is not supported on Redis Cluster yet")
 
     @property
     def command(self) -> tuple:
@@ -48,10 +46,12 @@ class Waiter:
         return self.replicas > 0 and name not in READ_ONLY
 
     def execute(self, pipe) -> tuple[list, int | None]:
-        """Execute a pipeline of scripts, ended by one WAIT when configured: (raw replies, replicas
-        that acknowledged them, or None)."""
+        """Execute a pipeline of scripts, ended by one WAIT when configured (on a cluster one per
+        shard written to): (raw replies, the fewest replicas that acknowledged them, or None)."""
         if not self.replicas:
             return pipe.execute(), None
+        if isinstance(pipe, ScriptBatch):  # a cluster's: one WAIT per shard, on its connection
+            return pipe.execute_then_wait(self.command)
         pipe.execute_command(*self.command)
         raw = pipe.execute()
         return raw[:-1], int(raw[-1])

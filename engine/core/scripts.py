@@ -17,9 +17,17 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from . import plans
-from .cluster import batch
+from .cluster import Call, batch, is_cluster, run_then_wait
 from .config import Config
-from .errors import Code, IllegalTransition, UnknownTaskType, WrongDispatch, refusing_full
+from .errors import (
+    Code,
+    IllegalTransition,
+    RedisSetupError,
+    TaskExpired,
+    UnknownTaskType,
+    WrongDispatch,
+    refusing_full,
+)
 from .keys import TaskKeys
 from .lua_source import SCRIPTS, script_shas, source
 from .models import Lease
@@ -98,7 +106,7 @@ class Scripts(_Runner):
 
     def pipeline(self):
         """A pipeline for ``client=`` calls (on a cluster a ScriptBatch: a round trip per shard)."""
-        return batch(self.redis, self._scripts.values())
+        return batch(self.redis, self._scripts.values(), _LUA)
 
     def replies(self, pipe) -> list[list]:
         """Run a pipeline of ``client=pipe`` calls: their parsed replies, in order (then one WAIT)."""
@@ -138,18 +146,24 @@ class Scripts(_Runner):
         types: str,
         breaker_key: str | None = None,
         breaker_spec: str = "",
+        limit_keys: Sequence[str] = (),
+        limit_spec: str = "",
     ) -> list:
+        """``limit_keys``: the rate limit's start log and parked set, with ``limit_spec``.
+        Raises TaskExpired when the claim found the task expired (and cancelled it)."""
         reply = self._call(
             "claim",
-            [*keys, *([breaker_key] if breaker_key else [])],
-            [worker, claim_id, dispatch_id, types, breaker_spec],
+            [*keys, *([breaker_key] if breaker_key else []), *limit_keys],
+            [worker, claim_id, dispatch_id, types, breaker_spec, limit_spec],
         )
         if reply[0] == Code.WRONG_DISPATCH:
             raise WrongDispatch(task_id, dispatch_id)
         if reply[0] == Code.UNKNOWN_TYPE:
             raise UnknownTaskType(reply[1])
-        if reply[0] == Code.BREAKER_OPEN:
-            return reply  # the engine knows the upstream's name and raises BreakerOpen
+        if reply[0] == Code.EXPIRED:
+            raise TaskExpired(task_id)
+        if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED):
+            return reply  # the engine knows the upstream's name and raises BreakerOpen / RateLimited
         if reply[0] == Code.NOT_DUE:  # waiting on its parents, or delayed
             raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")
         return refuse(reply, "claim", task_id)
@@ -207,8 +221,21 @@ class Scripts(_Runner):
     def release(self, keys: TaskKeys, lease: Lease, reason: str) -> list:
         return self._hold("release", keys, lease, reason, lease.worker)
 
-    def park(self, keys: TaskKeys, task_id: str, wait_ms: int, fail_fast: bool, upstream: str, park_id: str) -> list:
-        return refuse(self._call("park", keys, [wait_ms, plans.flag(fail_fast), upstream, park_id]), "park", task_id)
+    def park(
+        self,
+        keys: TaskKeys,
+        task_id: str,
+        wait_ms: int,
+        fail_fast: bool,
+        upstream: str,
+        park_id: str,
+        kind: str = "upstream_open",
+        limit_keys: Sequence[str] = (),
+        limit_spec: str = "",
+    ) -> list:
+        """``kind`` rate_limited goes with the limit's start log and parked set, and its spec."""
+        argv = [wait_ms, plans.flag(fail_fast), upstream, park_id, kind, limit_spec]
+        return refuse(self._call("park", [*keys, *limit_keys], argv), "park", task_id)
 
     # -- sweeper calls: never raise on a refusal, the sweeper counts outcomes -----------------------
     def expire(self, keys: TaskKeys, task_id: str, by: str = "", client=None) -> list | None:
@@ -222,6 +249,10 @@ class Scripts(_Runner):
     def promote(self, keys: TaskKeys, client=None) -> list | None:
         """RETRY_WAITING -> PENDING once its retry time has come (NOT_DUE before)."""
         return self._call("promote", keys, [], client=client)
+
+    def lapse(self, keys: TaskKeys, task_id: str, client=None) -> list | None:
+        """CANCELLED (reason expired) once a task never started is past its expiry (NOT_DUE else)."""
+        return self._call("lapse", keys, [task_id], client=client)
 
     def purge(self, keys: TaskKeys, task_id: str, owner_index: str | None, client=None) -> list | None:
         return self._call("purge", [*keys, *([owner_index] if owner_index else [])], [task_id], client=client)
@@ -244,16 +275,31 @@ class Scripts(_Runner):
         """Tasks by id (engine/core/plans.py ``reads``): one atomic script per queue, all in one
         round trip without MULTI/EXEC, so it reads a Redis at maxmemory too."""
         calls = plans.reads(task_keys, owner, full)
-        pipe = self.pipeline()
-        for _ids, plan in calls:
-            self._call(plan.name, plan.keys, plan.args, client=pipe)
-        return plans.read_replies(calls, [parse(r) for r in pipe.execute()] if calls else [])
+        if len(calls) == 1:  # EVALSHA itself: one round trip (a pipeline of scripts asks SCRIPT EXISTS first)
+            plan = calls[0][1]
+            raws = [self._scripts[plan.name](keys=plan.keys, args=[*self._cfg, *plan.args])]
+        else:
+            pipe = self.pipeline()
+            for _ids, plan in calls:
+                self._call(plan.name, plan.keys, plan.args, client=pipe)
+            raws = pipe.execute() if calls else []
+        return plans.read_replies(calls, [parse(r) for r in raws])
 
 
 class AsyncScripts(_Runner):
     """The runner of described calls (engine/core/plans.py) on a redis.asyncio client (or
     fakeredis.aioredis): the same scripts, parsing, refusals and WAIT as ``Scripts``.
-    ``on_resolve`` is awaited."""
+    ``on_resolve`` is awaited. On a Redis Cluster it refuses ``Config.wait_replicas``: the WAIT
+    must go on the connection to the slot owner that ran the script (cluster.run_then_wait), which
+    is redis-py's alone so far."""
+
+    def __init__(self, redis, config: Config, on_resolve=None):
+        super().__init__(redis, config, on_resolve)
+        if self._waiter.replicas and is_cluster(redis):
+            raise RedisSetupError(
+                f"wait_replicas={self._waiter.replicas} is not supported by the AsyncEngine on Redis Cluster yet"
+                " (the Engine supports it)"
+            )
 
     async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list:
         script, argv = self._scripts[name], [*self._cfg, *args]
@@ -278,42 +324,50 @@ class AsyncScripts(_Runner):
         return plans.read_replies(calls, replies)
 
 
-def _wait_pipe(client, script, keys: list, argv: list, wait: tuple):
-    """EVALSHA ``script`` then the ``wait`` command in one pipeline, so on one connection (WAIT
-    counts the writes of its own connection)."""
-    pipe = client.pipeline(transaction=False)
-    pipe.evalsha(script.sha, len(keys), *keys, *argv)
-    pipe.execute_command(*wait)
-    return pipe
+def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int | None]:
+    """EVALSHA ``script`` then the ``wait`` command on one connection (WAIT counts the writes of
+    its own connection; on a cluster, one to the primary that owns the keys' slot): (raw reply,
+    replicas that acknowledged). NOSCRIPT, MOVED and ASK are handled in cluster.run_then_wait.
+    Raises the script's error as a plain call would."""
+    (reply,), acked = run_then_wait(client, [(script, keys, argv)], wait, _LUA)
+    if isinstance(reply, Exception):
+        raise reply
+    return reply, acked
 
 
-def _waited(results: list, first: bool) -> tuple[Any, int] | None:
-    """(raw reply, replicas that acknowledged) of a ``_wait_pipe``; None on a first NOSCRIPT (the
-    script did not run: load it, send again). Raises the script's error as a plain call would."""
-    reply, acked = results
-    if first and isinstance(reply, NoScriptError):
-        return None
+async def _then_wait_async(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
+    """``_then_wait`` on redis.asyncio (one Redis, not a cluster: AsyncScripts refuses it): the
+    script and its WAIT in one pipeline, so on one connection; on NOSCRIPT loaded, sent again."""
+    for first in (True, False):
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *argv)
+        pipe.execute_command(*wait)
+        reply, acked = await pipe.execute(raise_on_error=False)
+        if first and isinstance(reply, NoScriptError):
+            await client.script_load(script.script)
+            continue
+        break
     for item in (reply, acked):
         if isinstance(item, Exception):
             raise item
     return reply, int(acked)
 
 
-def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
-    """The script and its WAIT (``_wait_pipe``) on redis-py."""
-    done = _waited(_wait_pipe(client, script, keys, argv, wait).execute(raise_on_error=False), True)
-    if done is None:
-        client.script_load(script.script)
-        done = _waited(_wait_pipe(client, script, keys, argv, wait).execute(raise_on_error=False), False)
-    assert done is not None
-    return done
+class _Lua:
+    """The raw Lua calls of cluster.run_then_wait (cluster.Lua), made here."""
+
+    def send(self, server, calls: list[Call], asking: bool, wait: tuple) -> list:
+        pipe = server.pipeline(transaction=False)
+        for script, keys, args in calls:
+            if asking:
+                pipe.execute_command("ASKING")
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command(*wait)
+        replies = pipe.execute(raise_on_error=False)
+        return replies[1::2] + replies[-1:] if asking else replies
+
+    def load(self, server, script) -> None:
+        server.script_load(script.script)
 
 
-async def _then_wait_async(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
-    """The script and its WAIT (``_wait_pipe``) on redis.asyncio."""
-    done = _waited(await _wait_pipe(client, script, keys, argv, wait).execute(raise_on_error=False), True)
-    if done is None:
-        await client.script_load(script.script)
-        done = _waited(await _wait_pipe(client, script, keys, argv, wait).execute(raise_on_error=False), False)
-    assert done is not None
-    return done
+_LUA = _Lua()

@@ -22,7 +22,7 @@ def check_server(client, strict: bool = False, node: str = "") -> list[str]:
     primary is checked, each message starting with its ``host:port``.
     """
     if is_cluster(client):
-        return [m for n in client.get_primaries() for m in check_server(n.redis_connection, strict, f"{n.name}: ")]
+        return [m for n, c in _primaries(client) for m in check_server(c, strict, f"{n}: ")]
     found: list[str] = []
     try:
         version = client.info("server").get("redis_version", "0")
@@ -52,13 +52,20 @@ def check_server(client, strict: bool = False, node: str = "") -> list[str]:
     return found
 
 
+def _primaries(cluster) -> list[tuple[str, redis_lib.Redis]]:
+    """(``host:port``, its client) for every primary of a cluster."""
+    return [(n.name, cluster.get_redis_connection(n)) for n in cluster.get_primaries()]
+
+
 def persistence_notes(client) -> list[tuple[int, str]]:
     """What a crash of Redis would lose with its persistence settings: (logging level, message).
 
     WARNING when AOF is off (or ``appendfsync no``); INFO for ``everysec`` and ``always``.
     Logged at start-up (not a Python warning: a test Redis without AOF is fine) and shown
-    by ``ghostless check``.
+    by ``ghostless check``. On a cluster, a note per primary, each starting with its ``host:port``.
     """
+    if is_cluster(client):
+        return [(level, f"{n}: {msg}") for n, c in _primaries(client) for level, msg in persistence_notes(c)]
     try:
         info = client.info("persistence")
         fsync = client.config_get("appendfsync").get("appendfsync")

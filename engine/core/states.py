@@ -91,6 +91,8 @@ TRANSITIONS: dict[str, Transition] = {
         _t("park", [_P, _Q], [_W, _F], "worker"),
         # A task waiting on parents: ready when all succeeded, cancelled when one did not.
         _t("resolve", [_P], [_P, _C], "engine"),
+        # Not started by its expiry (submit's expires_in): cancelled, reason expired.
+        _t("lapse", [_P, _Q, _W], [_C], "sweeper, or the claim that finds it expired"),
         _t("cancel", NON_TERMINAL, [_C], "owner / admin"),
         # The old task is cancelled; its replacement is a new task in PENDING.
         _t("edit", NON_TERMINAL, [_C, _P], "owner / admin", edges=[(s, _C) for s in (_P, _Q, _R, _W)] + [(None, _P)]),
@@ -118,7 +120,8 @@ def table() -> str:
     for t in TRANSITIONS.values():
         src = ", ".join(s.value for s in _ordered(t.sources)) or "(none)"
         dst = ", ".join(s.value for s in _ordered(t.targets))
-        chained = [d for s, d in t.edges if s in t.targets]  # expire: TIMEOUT, then on to RETRY_WAITING
+        # expire: TIMEOUT, then on to RETRY_WAITING (a state reached in the call, not started from)
+        chained = [d for s, d in t.edges if s in t.targets and s not in t.sources]
         if chained:
             first = [d for s, d in t.edges if s not in t.targets]
             dst = f"{', '.join(x.value for x in first)}, then {', '.join(x.value for x in chained)} (same call)"

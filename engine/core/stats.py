@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from .clock import server_ms
+from .config import DURATION_BUCKETS
 from .states import State
 from .text import text
+
+INF = float("inf")
 
 
 def _d(h: dict) -> dict[str, int]:
@@ -45,3 +49,41 @@ def _means(raw: dict[str, int], total: str, count: str) -> dict[str, float]:
             if n:
                 out[name] = value / n / 1000
     return out
+
+
+def waiting_ages(engine, queues: list[str]) -> dict[str, dict[str, float]]:
+    """Per queue, how long its oldest PENDING and oldest QUEUED task have waited for a worker
+    (seconds, Redis time; 0 when none waits): the head of each wait line (lib/record: wait_lines),
+    one ZRANGE 0 0 each, so the read costs O(log N) whatever the backlog."""
+    now = server_ms(engine.redis)
+    pipe = engine.redis.pipeline(transaction=False)
+    lines = (("PENDING", "pending_since"), ("QUEUED", "queued_since"))
+    for q in queues:
+        for _, line in lines:
+            pipe.zrange(engine.keys.queue_key(q, line), 0, 0, withscores=True)
+    heads = pipe.execute()
+    out: dict[str, dict[str, float]] = {}
+    for i, q in enumerate(queues):
+        for j, (state, _) in enumerate(lines):
+            head = heads[i * len(lines) + j]
+            out.setdefault(q, {})[state] = max(0.0, (now - head[0][1]) / 1000) if head else 0.0
+    return out
+
+
+def histogram(raw: dict[str, int], name: str) -> tuple[list[tuple[float, int]], float, int]:
+    """The histogram ``name`` ('wait' or 'run') of a queue's stats hash as Prometheus wants it:
+    (cumulative counts per upper bound in seconds, +Inf last; the sum in seconds; the count).
+    A bucket counter whose bound is no longer in DURATION_BUCKETS counts in the next bound up."""
+    per: dict[float, int] = dict.fromkeys([*map(float, DURATION_BUCKETS), INF], 0)
+    prefix = f"{name}_h:"
+    for key, n in raw.items():
+        if key.startswith(prefix):
+            field = key[len(prefix) :]
+            le = INF if field == "inf" else int(field) / 1000
+            per[min(b for b in per if b >= le)] += n
+    cumulative: list[tuple[float, int]] = []
+    total = 0
+    for upper, n in per.items():
+        total += n
+        cumulative.append((upper, total))
+    return cumulative, raw.get(f"{name}_ms", 0) / 1000, total

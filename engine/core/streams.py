@@ -7,8 +7,12 @@ Read-only: every write to a stream goes through the scripts (engine/core/scripts
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
+from redis.crc import key_slot
+
+from ghostless.core.cluster import is_cluster
 from ghostless.core.states import State
 from ghostless.core.text import text
 
@@ -16,6 +20,7 @@ STREAM_ID_RE = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
 MAX_SEQ = (1 << 64) - 1  # the largest ms or seq part of a stream id
 TERMINAL_VALUES = frozenset(s.value for s in State if s.terminal)
 _INT_FIELDS = ("version", "attempt", "token")
+POLL_MS = 50  # on a Redis Cluster: the pause after a round of stream reads that found no entry
 
 
 def parse_stream_id(value: object) -> tuple[int, int] | None:
@@ -24,6 +29,38 @@ def parse_stream_id(value: object) -> tuple[int, int] | None:
     if not m or int(m.group(1)) > MAX_SEQ or int(m.group(2)) > MAX_SEQ:
         return None
     return int(m.group(1)), int(m.group(2))
+
+
+def follow_streams(client, streams: dict[str, str], count: int, block_ms: int) -> Iterator[tuple[str, list]]:
+    """The entries after each stream's position (``streams``: key -> last id read) as
+    ``(key, [(id, fields), ...])``, at most ``count`` per stream, waiting up to ``block_ms`` for one.
+
+    On one Redis, or when every stream is in one slot: one ``XREAD BLOCK``. A Redis Cluster refuses
+    one XREAD over keys of several slots (each queue has its own), so there: one non-blocking read
+    per stream in one pipeline (one round trip per node), and a pause of ``POLL_MS`` when none had an
+    entry; an entry then comes up to ~50 ms later than one XREAD BLOCK would bring it. A failed
+    read's error (a shard failing over) is raised after the entries of the reads that answered.
+    """
+    if not is_cluster(client) or len({key_slot(k.encode()) for k in streams}) <= 1:
+        for key, rows in client.xread(streams, count=count, block=block_ms) or []:
+            yield text(key), rows
+        return
+    pipe = client.pipeline()
+    for key, position in streams.items():
+        # XRANGE after the position is a non-blocking XREAD whose key redis-py finds by itself
+        # (for an XREAD it asks a node, COMMAND GETKEYS: one more round trip per stream)
+        pipe.xrange(key, "(" + position, "+", count=count)
+    replies = pipe.execute(raise_on_error=False)
+    found = False
+    for key, rows in zip(streams, replies):
+        if rows and not isinstance(rows, Exception):
+            found = True
+            yield key, rows
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    if not found:
+        time.sleep(POLL_MS / 1000)
 
 
 def stream_event(queue: str, stream_id, fields: dict) -> dict:

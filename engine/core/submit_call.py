@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ghostless.core import dependencies as deps, notify, priority as priority_mod
+from ghostless.core import dependencies as deps, notify, priority as priority_mod, tracing
 
 from . import plans
 from .config import ms
@@ -19,7 +19,7 @@ from .quota import Quota
 from .states import State
 from .steps import Blocking, Call
 from .task_calls import require
-from .validate import duration_ms as _duration_ms, text as _text
+from .validate import submit_times, text as _text
 
 
 def submit(
@@ -33,6 +33,7 @@ def submit(
     delay: float = 0,
     due_in: float | None = None,
     escalate_in: float | None = None,
+    expires_in: float | None = None,
     depends_on: list[str] | None = None,
     notify_url: str | None = None,
     quota: Quota | None = None,
@@ -47,6 +48,8 @@ def submit(
         delay: seconds before it may be dispatched.
         due_in / escalate_in: seconds from now by which the task should have ended; the
             sweeper records an ``overdue`` (then ``escalated``) event once if it has not.
+        expires_in: seconds from now within which the task must start (be claimed), else it
+            ends CANCELLED, reason ``expired`` (by the sweeper then, or by a later claim).
         depends_on: ids of tasks (in the same queue) that must all end in SUCCESS first
             (engine/core/dependencies.py).
         notify_url: webhook for this task's notifications (else its owner's default, if any;
@@ -70,19 +73,12 @@ def submit(
     if idempotency_key is not None:
         idempotency_key = _text("idempotency_key", idempotency_key)
     priority = priority_mod.check(priority)
-    delay_ms = _duration_ms("delay", delay)
-    due_ms = _duration_ms("due_in", due_in) if due_in is not None else 0
-    escalate_ms = _duration_ms("escalate_in", escalate_in) if escalate_in is not None else 0
-    if escalate_ms and escalate_ms <= due_ms:
-        raise ValueError("escalate_in must be later than due_in")
+    delay_ms, due_ms, escalate_ms, expires_ms = submit_times(delay, due_in, escalate_in, expires_in)
     parent_ids, parents = deps.parents(engine, tt.queue, depends_on)
-    notifying = notify.TYPE in engine.registry
-    if notify_url is not None and not notifying:
-        raise ValueError("notify_url needs engine.enable_notifications(secret) in the app")
-    if notify_url is not None:
-        notify_url = notify.check_url(notify_url)
-    elif notifying and tt.name != notify.TYPE:
-        notify_url = yield Blocking(notify.owner_webhook, (engine, owner))  # cached: one read in 10 s
+    if notify_url is None and notify.TYPE in engine.registry:  # the owner's default: a read (cached 10 s)
+        notify_url = yield Blocking(notify.submit_url, (engine, tt.name, owner, None))
+    else:
+        notify_url = notify.submit_url(engine, tt.name, owner, notify_url)
     task_id = new_task_id(tt.queue)
     if tt.queue not in engine._known_queues:  # once per queue and process
         yield Blocking(engine._remember_queue, (tt.queue,))
@@ -109,6 +105,8 @@ def submit(
             escalate_ms=escalate_ms,
             notify_url=notify_url or "",
             quota=quota.spec() if quota else "",
+            expires_ms=expires_ms,
+            traceparent=tracing.traceparent(),
             parent_ids=tuple(parent_ids),
         ),
         parents,
@@ -137,6 +135,7 @@ def submit(
         parents=parent_ids,
         due_at=now + due_ms / 1000 if due_ms else None,
         escalate_at=now + escalate_ms / 1000 if escalate_ms else None,
+        expires_at=(int(reply[2]) + expires_ms) / 1000 if expires_ms else None,
         notify_url=notify_url or "",
         waiting=reply[3] == "waiting",
     )

@@ -12,10 +12,12 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from ghostless.core import dependencies as deps, notify
+from ghostless.core import dependencies as deps, notify, sweepers
 
 from .clock import retry_delay
 from .errors import Code, GhostlessError, UnknownTaskType
+from .logs import for_task
+from .replies import RESOLVE_MARK
 from .states import State
 from .text import text, text_or_none
 
@@ -34,6 +36,7 @@ class SweepReport:
     notified: int = 0  # webhook notifications handed to delivery tasks
     overdue: int = 0  # unfinished past their due time: event recorded
     escalated: int = 0  # unfinished past their escalation time: event recorded
+    lapsed: int = 0  # not started by their expiry: CANCELLED (expired)
     next_in: float | None = None  # seconds until the earliest deadline of any queue
     reasons: dict = field(default_factory=dict)  # expiry reason -> count
 
@@ -48,6 +51,7 @@ class SweepReport:
             + self.escalated
             + self.resolved
             + self.notified
+            + self.lapsed
         )
 
     @property
@@ -61,6 +65,7 @@ class SweepReport:
             or self.escalated
             or self.resolved
             or self.notified
+            or self.lapsed
         )
 
     def summary(self) -> str:
@@ -75,6 +80,7 @@ class SweepReport:
                 "resolved",
                 "overdue",
                 "escalated",
+                "lapsed",
                 "notified",
             )
             if getattr(self, n)
@@ -117,7 +123,7 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     dispatching = engine.dispatcher.active and not engine.redis.hget(
         engine.keys.queue_key(queue, "control"), "draining"
     )
-    names = ["leases", "retries", "expiry", "watch", "waiting"] + (["dispatch"] if dispatching else [])
+    names = ["leases", "retries", "expiry", "watch", "waiting", "start_by"] + (["dispatch"] if dispatching else [])
     lists, next_ms = engine.scripts.due([engine.keys.queue_key(queue, n) for n in names], batch)
     due = dict(zip(names, lists))
     lease_ids, retry_ids, expiry_ids = due["leases"], due["retries"], due["expiry"]
@@ -134,8 +140,14 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
             report.timed_out += r[1] == State.TIMEOUT.value
             reason = r[2].split(":")[0]
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
+            log.info("task %s: lease reclaimed (%s); now %s", tid, r[2], r[1], extra=for_task(tid, queue=queue))
             if r[1] == State.PENDING.value:
                 promoted.append(tid)
+    # Before promotions: a parked task past its expiry ends rather than returns.
+    lapses = _run(engine, due["start_by"], lambda tid, pipe: scripts.lapse(task_keys(tid), tid, client=pipe))
+    report.lapsed += sum(1 for r in lapses if r[0] == Code.OK)
+    if any(r[-1] == RESOLVE_MARK for r in lapses):  # children waiting on a lapsed task: cancelled now
+        deps.resolve_due(engine, engine.keys.queue_key(queue, "waiting"))
     promotions = _run(engine, retry_ids, lambda tid, pipe: scripts.promote(task_keys(tid), client=pipe))
     promoted += [tid for tid, r in zip(retry_ids, promotions) if r[0] == Code.OK]
     report.promoted += len(promoted)
@@ -226,6 +238,7 @@ def _warn_unknown(type_name: str, task_id: str) -> None:
             "started before the type was added? restart it with the current app)",
             task_id,
             type_name,
+            extra=for_task(task_id),
         )
 
 
@@ -279,8 +292,11 @@ class Wake:
         self.event.clear()
 
 
-def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log=None) -> None:
+def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log=None, name=None) -> None:
     """Sweep until ``stop`` (a threading.Event) is set.
+
+    Each tick is recorded in the sweeper registry under ``name`` (default ``<hostname>.<pid>``:
+    engine/core/sweepers.py), which ``/metrics`` and ``/readyz`` read.
 
     Between ticks it sleeps until the earliest deadline in its sets, capped by
     ``interval``, and a deadline set sooner while it sleeps (a short retry, a short delay)
@@ -294,10 +310,12 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
     stop = stop or threading.Event()
     engine.data_epoch.watch(stop=stop)  # logs an error if Redis loses its data while this runs
     wake = Wake(engine, stop)
+    ticks = sweepers.TickRecorder(engine, name)
     errors = 0
     while not stop.is_set():
         try:
             report = sweep(engine, batch)
+            ticks.record()
             errors = 0
         except (redis.ConnectionError, redis.TimeoutError) as e:
             errors += 1
@@ -316,3 +334,7 @@ def run_sweeper(engine, interval: float = 1.0, batch: int = 1000, stop=None, log
             log.info(report.summary())
         wait = interval if report.next_in is None else min(interval, report.next_in)
         wake.sleep(max(wait, 0.001))
+    try:
+        sweepers.forget(engine, ticks.name)
+    except redis.RedisError as e:  # it drops out of the registry on its own
+        log.warning("sweeper: could not leave the sweeper registry (%s)", e)

@@ -44,3 +44,18 @@ def json_text(what: str, value, limit: int) -> str:
     if len(text.encode()) > limit:
         raise ValueError(f"{what} is {len(text.encode())} bytes of JSON, over the limit of {limit}")
     return text
+
+
+def submit_times(delay, due_in, escalate_in, expires_in) -> tuple[int, int, int, int]:
+    """submit's durations in ms (0: none), checked: ``escalate_in`` after ``due_in``,
+    ``expires_in`` after ``delay`` (a task that must start before it may would always expire)."""
+    delay_ms = duration_ms("delay", delay)
+    due_ms, escalate_ms, expires_ms = (
+        duration_ms(name, value) if value is not None else 0
+        for name, value in (("due_in", due_in), ("escalate_in", escalate_in), ("expires_in", expires_in))
+    )
+    if escalate_ms and escalate_ms <= due_ms:
+        raise ValueError("escalate_in must be later than due_in")
+    if expires_in is not None and expires_ms <= delay_ms:
+        raise ValueError("expires_in must be later than delay (and above 0): the task could never start")
+    return delay_ms, due_ms, escalate_ms, expires_ms

@@ -139,15 +139,14 @@ def main(argv=None) -> int:
         quiet["start_new_session"] = True
         cli = [sys.executable, "-m", "ghostless"]
         procs.append(subprocess.Popen(cli + ["sweeper", "--app", APP, "--interval", "0.5"], env=env, cwd=ROOT, **quiet))
-        for i in range(2):
-            procs.append(
-                subprocess.Popen(
-                    cli + ["worker", "--app", APP, "--name", f"demo-worker-{i + 1}", "--log-level", "WARNING"],
-                    env=env,
-                    cwd=ROOT,
-                    **quiet,
-                )
+        procs.append(  # two workers under one supervisor: demo-worker-1 and demo-worker-2
+            subprocess.Popen(
+                cli + ["worker", "--app", APP, "--concurrency", "2", "--name", "demo-worker", "--log-level", "WARNING"],
+                env=env,
+                cwd=ROOT,
+                **quiet,
             )
+        )
         from ghostless.demo.tasks import OUTAGE, SPEED, engine
 
         # The model is down for the first seconds: watch its breaker open, then close again.

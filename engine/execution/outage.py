@@ -21,8 +21,8 @@ import time
 from rq import Queue
 from rq.exceptions import StopRequested
 
+from ghostless.core.clients import short_client
 from ghostless.core.errors import REDIS_FAULTS
-from ghostless.core.lease_calls import short_client
 from ghostless.execution import runtime
 
 log = logging.getLogger("ghostless.worker")
@@ -72,13 +72,13 @@ class RidesOutRedis:
 
     def _wait_for_redis(self) -> None:
         """Back off until Redis answers a write again. Raises StopRequested on a stop request."""
-        if self._probe is None:
-            self._probe = short_client(self.connection, PROBE_TIMEOUT)
         delay = BACKOFF_FIRST
         while not (self._stop_requested or runtime.shutdown_requested.is_set()):
             time.sleep(delay)  # an idle worker's SIGTERM raises StopRequested in here (RQ's handler)
             delay = min(delay * 2, BACKOFF_CAP)
             try:
+                if self._probe is None:  # on a cluster, made by asking a node for the slot map
+                    self._probe = short_client(self.connection, PROBE_TIMEOUT)
                 self._probe.ping()  # a hung Redis: fails within the probe's timeout, not RQ's minutes
                 super().heartbeat()  # a write: a full Redis refuses it
                 self._register_again()

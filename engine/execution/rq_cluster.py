@@ -54,12 +54,14 @@ class RQClusterConnection:
     A cluster pipeline is no transaction (redis-py splits it per node), and refuses WATCH and
     MULTI. RQ opens one with both around a job's outcome (``handle_job_success``: WATCH of the
     job's dependents, then MULTI over the job, its registries and the worker's counters, which no
-    one slot holds). Here they are no-ops: the commands go as one non-transactional pipeline.
-    What the WATCH guarded, RQ job dependencies, ghostless never uses (``ClusterQueue``).
+    one slot holds). Here they guard nothing: between WATCH and MULTI commands run at once (as
+    redis-py's pipeline does after WATCH: RQ reads the keys it watched), after MULTI they go as one
+    non-transactional pipeline. What the WATCH guarded, RQ job dependencies, ghostless never uses
+    (``ClusterQueue``).
     """
 
     def __init__(self, client: RedisCluster, wake_channel: str | None = None):
-        self._client = client
+        self._client = self.__wrapped__ = client  # what ghostless.core.clients.client_like copies
         self.wake_channel = wake_channel
         self._waker = None
 
@@ -95,8 +97,32 @@ class RQClusterConnection:
         pipe = self._client.pipeline()
         pipe.explicit_transaction = False
         pipe.watching = False
-        pipe.watch = pipe.unwatch = lambda *names: None
-        pipe.multi = lambda: None
+        buffer = pipe.execute_command
+
+        def execute_command(*args, **options):
+            # As a pipeline after WATCH and before MULTI: RQ reads what it watches at once
+            # (StartedJobRegistry.cleanup -> Queue.enqueue_dependents: SMEMBERS of the dependents).
+            if pipe.watching and not pipe.explicit_transaction:
+                return self._client.execute_command(*args, **options)
+            return buffer(*args, **options)
+
+        def watch(*names) -> None:
+            pipe.watching = True
+
+        def unwatch(*names) -> None:
+            pipe.watching = False
+
+        def multi() -> None:
+            pipe.explicit_transaction = True
+
+        reset = pipe.reset
+
+        def reset_all() -> None:
+            reset()
+            pipe.watching = pipe.explicit_transaction = False
+
+        pipe.execute_command, pipe.watch, pipe.unwatch, pipe.multi = execute_command, watch, unwatch, multi
+        pipe.reset = reset_all
         return pipe
 
 

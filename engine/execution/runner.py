@@ -17,19 +17,21 @@ import threading
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
+from ghostless.core import tracing
 from ghostless.core.errors import (
     REDIS_FAULTS,
     BadArgs,
-    BreakerOpen,
     IllegalTransition,
     LeaseLost,
     PermanentError,
     RedisUnavailable,
     TaskNotFound,
     UnknownTaskType,
+    UpstreamBusy,
     WrongDispatch,
 )
 from ghostless.core.keys import rq_dispatch_id
+from ghostless.core.logs import for_task
 from ghostless.execution import runtime
 
 from .context import AttemptReleased, AttemptStopped, TaskContext
@@ -65,23 +67,30 @@ def run_task(task_id: str) -> None:
     try:
         lease = engine.claim(task_id, name, dispatch_id=rq_dispatch_id(job.id) if job else "", claim_id=claim_id)
     except UnknownTaskType as e:
-        log.error("refused task %s: type %r is not registered in this worker", task_id, e.name)
+        log.error("refused task %s: type %r is not registered in this worker", task_id, e.name, extra=for_task(task_id))
         return
     except (IllegalTransition, WrongDispatch, TaskNotFound) as e:  # claim.lua refuses with no lease code
-        log.info("claim of %s refused (%s): nothing to do", task_id, e)
+        log.info("claim of %s refused (%s): nothing to do", task_id, e, extra=for_task(task_id))
         return
-    except BreakerOpen as e:
+    except UpstreamBusy as e:  # its breaker is open, or its rate limit has no start left now
         try:
-            state = engine.park(task_id, e.wait, e.upstream)
-            log.info("task %s: %s; parked (%s)", task_id, e, state)
+            state = engine.park(task_id, e.wait, e.upstream, e.kind)
+            log.info("task %s: %s; parked (%s)", task_id, e, state, extra=for_task(task_id))
         except (IllegalTransition, TaskNotFound) as refused:
-            log.info("task %s changed while parking: %s", task_id, refused)
+            log.info("task %s changed while parking: %s", task_id, refused, extra=for_task(task_id))
         return
+    log.info("task %s attempt %d started (%s)", task_id, lease.attempt, lease.type, extra=_fields(lease))
     execute(engine, lease, in_horse=bool(worker is not None and getattr(worker, "is_horse", False)))
 
 
 def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> None:
-    """Run the task function under a heartbeat and report its outcome (once, with the lease)."""
+    """Run the task function under a heartbeat and report its outcome (once, with the lease), in
+    the attempt's span when the application traces (engine/core/tracing.py)."""
+    with tracing.attempt_span(engine, lease, flush=in_horse):
+        _execute(engine, lease, in_horse, grace)
+
+
+def _execute(engine, lease, in_horse: bool, grace: float | None) -> None:
     tt = engine.registry.get(lease.type)
     ctx = TaskContext(engine, lease, lease.checkpoints)  # the claim brought them: no extra round trip
     main = threading.get_ident()
@@ -97,7 +106,9 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
                 if reason == "release" and not (hb.lost or hb.abandoned):
                     _report(engine.release, lease, "worker shutdown")
             except BaseException:  # nothing may keep this horse alive
-                log.exception("task %s: the release at the end of the grace failed", lease.task_id)
+                log.exception(
+                    "task %s: the release at the end of the grace failed", lease.task_id, extra=_fields(lease)
+                )
                 code = 1
             finally:
                 os._exit(code)
@@ -118,16 +129,16 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
             _report(engine.release, lease, "worker shutdown")
         return
     except AttemptStopped:
-        log.warning("task %s stopped by force: %s", lease.task_id, ctx.stop_reason)
+        log.warning("task %s stopped by force: %s", lease.task_id, ctx.stop_reason, extra=_fields(lease))
         return
     except (SystemExit, KeyboardInterrupt):
         _report(engine.release, lease, "worker stopped")
         raise
     except LeaseLost as e:
-        log.warning("task %s lost its lease while running: %s", lease.task_id, e)
+        log.warning("task %s lost its lease while running: %s", lease.task_id, e, extra=_fields(lease))
         return
     except RedisUnavailable as e:  # the engine's call failed, not the task: no attempt consumed
-        log.warning("task %s attempt %d: %s; releasing it", lease.task_id, lease.attempt, e)
+        log.warning("task %s attempt %d: %s; releasing it", lease.task_id, lease.attempt, e, extra=_fields(lease))
         _release_after_redis_error(hb, engine, lease, e)
         return
     except PermanentError as e:
@@ -140,7 +151,7 @@ def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -
         _finish(hb, engine.fail, lease, "timeout", _reason(e) or "job timeout", True)
         return
     except Exception as e:  # noqa: BLE001 - the task's own failure: retried with its backoff
-        log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, e)
+        log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, e, extra=_fields(lease))
         _finish(hb, engine.fail, lease, type(e).__name__, _reason(e), True)
         return
     finally:
@@ -159,7 +170,9 @@ def _reason(e: BaseException) -> str:
 
 def _finish(hb: Heartbeat, report, lease, *args) -> None:
     if hb.lost or hb.abandoned:
-        log.warning("task %s: not reporting the outcome of an attempt whose lease is gone", lease.task_id)
+        log.warning(
+            "task %s: not reporting the outcome of an attempt whose lease is gone", lease.task_id, extra=_fields(lease)
+        )
         return
     _report(report, lease, *args)
 
@@ -172,14 +185,22 @@ def _release_after_redis_error(hb: Heartbeat, engine, lease, e: RedisUnavailable
     try:
         _report(engine.release, lease, "redis_error: " + _reason(e))
     except REDIS_FAULTS as again:
-        log.warning("task %s: the release failed too (%s): left to its lease", lease.task_id, again)
+        log.warning(
+            "task %s: the release failed too (%s): left to its lease", lease.task_id, again, extra=_fields(lease)
+        )
 
 
 def _report(report, lease, *args) -> None:
     try:
         report(lease, *args)
+        tracing.outcome(report.__name__, *args)
+        log.info("task %s attempt %d: %s", lease.task_id, lease.attempt, report.__name__, extra=_fields(lease))
     except LeaseLost as e:
-        log.warning("outcome of task %s refused: %s", lease.task_id, e)
+        log.warning("outcome of task %s refused: %s", lease.task_id, e, extra=_fields(lease))
+
+
+def _fields(lease) -> dict:
+    return for_task(lease.task_id, lease.attempt)
 
 
 def _raise_in(thread_id: int, exc_type: type[BaseException]) -> None:

@@ -23,12 +23,13 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from rq import SimpleWorker, Worker
-from rq.serializers import JSONSerializer
+from rq.serializers import JSONSerializer, resolve_serializer
 from rq.utils import now
 
+from ghostless.core.clients import client_like, no_resends
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
-from ghostless.core.keys import rq_dispatch_id, rq_wake_channel
-from ghostless.core.lease_calls import client_like, no_resends
+from ghostless.core.keys import rq_dispatch_id, rq_queue_prefix, rq_wake_channel
+from ghostless.core.logs import for_task
 from ghostless.core.text import text_or_none
 from ghostless.execution import (
     runner,  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
@@ -52,7 +53,14 @@ class _EngineHooks(ClusterConnection, RidesOutRedis):
     claim_id: str | None = None
     _task_id: str | None = None
 
+    legacy_queues: frozenset = frozenset()  # plain RQ queues served as RQ would (build_worker)
+    legacy_serializer = None
+
     def execute_job(self, job, queue):
+        if queue.name in self.legacy_queues:  # a plain RQ job: RQ's own execution, no task behind it
+            job.serializer = self.legacy_serializer  # its data is only read from here on (lazily)
+            self.claim_id = self._task_id = None
+            return super().execute_job(job, queue)
         # Made before the fork, so the parent knows which claim its horse made.
         self.claim_id = uuid.uuid4().hex
         self._task_id = job.args[0] if job.args else None
@@ -102,16 +110,24 @@ class _EngineHooks(ClusterConnection, RidesOutRedis):
                 self.engine.release(lease, why)
             else:
                 self.engine.fail(lease, "worker_lost", why, retryable=True, retry_in=0)
-            log.warning("task %s: %s (%s)", self._task_id, "released" if release else "reported lost", why)
+            log.warning(
+                "task %s: %s (%s)",
+                self._task_id,
+                "released" if release else "reported lost",
+                why,
+                extra=for_task(self._task_id, lease.attempt),
+            )
         except (GhostlessError, OSError, redis.RedisError) as e:
-            log.warning("could not report task %s after %s: %s", self._task_id, why, e)
+            log.warning("could not report task %s after %s: %s", self._task_id, why, e, extra=for_task(self._task_id))
 
     def _redispatch_unclaimed(self) -> None:
         row = self.engine.redis.hmget(self.engine.keys.task(self._task_id).task, "status", "dispatch_id")
         status, dispatch_id = (text_or_none(v) for v in row)
         if status == "QUEUED" and dispatch_id == getattr(self, "_dispatch_id", None):
             self.engine.dispatch(self._task_id)
-            log.warning("task %s: its job died before the claim; dispatched again", self._task_id)
+            log.warning(
+                "task %s: its job died before the claim; dispatched again", self._task_id, extra=for_task(self._task_id)
+            )
 
 
 class GhostlessWorker(_EngineHooks, Worker):
@@ -220,14 +236,31 @@ def rq_connection(client, namespace: str):
     return rq_cluster_connection(client_like(client, **no_resends()), rq_wake_channel(namespace))
 
 
-def build_worker(
-    engine, queues: list[str] | None = None, worker_class: str = "fork", name: str | None = None, **kwargs
-):
+def worker_queues(engine, queues: list[str] | None, worker_class: str) -> list[str]:
+    """The queues a worker of ``worker_class`` serves (default: every registered queue); ValueError
+    for an unknown class or no queue at all."""
     if worker_class not in WORKER_CLASSES:
         raise ValueError(f"worker class must be one of {', '.join(WORKER_CLASSES)}")
     names = queues or engine.registry.queues()
     if not names:
         raise ValueError("no queues: register task types in the app or name queues on the command line")
+    return names
+
+
+def build_worker(
+    engine,
+    queues: list[str] | None = None,
+    worker_class: str = "fork",
+    name: str | None = None,
+    rq_queues: list[str] | None = None,
+    rq_serializer: str = "pickle",
+    **kwargs,
+):
+    """An RQ worker for the engine's ``queues`` (default: every registered one) and, after them,
+    the plain RQ queues ``rq_queues``, whose jobs it runs as RQ would (their data read with
+    ``rq_serializer``: RQ's default, pickle, or ``json`` or a dotted path)."""
+    names = worker_queues(engine, queues, worker_class)
+    legacy = plain_rq_queues(engine, rq_queues)
     cls = GhostlessWorker if worker_class == "fork" else GhostlessSimpleWorker
     ride_out_redis_restarts(engine.redis)
     resolve_driver_info_once(engine.redis)
@@ -235,7 +268,7 @@ def build_worker(
     # (on a Cluster, ClusterQueue.lpop keeps that order across slots).
     cluster = is_cluster(engine.redis)
     by_queue = [rq_queue_names(engine.keys.ns, q, tagged=cluster) for q in names]
-    lists = [level[i] for i in range(len(by_queue[0])) for level in by_queue]
+    lists = [level[i] for i in range(len(by_queue[0])) for level in by_queue] + legacy
     if cluster:
         kwargs = {"queue_class": ClusterQueue, "job_class": ClusterJob, **kwargs}
     worker = cls(
@@ -247,8 +280,23 @@ def build_worker(
         **kwargs,
     )
     worker.engine = engine
+    worker.legacy_queues = frozenset(legacy)
+    worker.legacy_serializer = resolve_serializer(rq_serializer)
     runtime.install(engine, worker)
     return worker
+
+
+def plain_rq_queues(engine, rq_queues: list[str] | None) -> list[str]:
+    """``rq_queues`` checked: plain RQ queue names that are not ghostless's own lists; ValueError
+    otherwise, or on a Redis Cluster (RQ's own key layout does not run on one)."""
+    legacy = list(dict.fromkeys(rq_queues or []))
+    if legacy and is_cluster(engine.redis):
+        raise ValueError("--rq-queue: plain RQ queues cannot be served on a Redis Cluster (RQ's keys span slots)")
+    prefix = rq_queue_prefix(engine.keys.ns)
+    for name in legacy:
+        if not name or name.startswith(prefix) or any(c.isspace() for c in name):
+            raise ValueError(f"--rq-queue {name!r}: not a plain RQ queue name (ghostless's own start with {prefix!r})")
+    return legacy
 
 
 def run_worker(
@@ -258,7 +306,10 @@ def run_worker(
     burst: bool = False,
     name: str | None = None,
     logging_level: str = "INFO",
+    rq_queues: list[str] | None = None,
+    rq_serializer: str = "pickle",
 ) -> bool:
-    """Start an RQ worker for the engine's queues (all registered ones by default)."""
-    worker = build_worker(engine, queues, worker_class, name)
+    """Start an RQ worker for the engine's queues (all registered ones by default) and the plain
+    RQ queues ``rq_queues`` (build_worker)."""
+    worker = build_worker(engine, queues, worker_class, name, rq_queues=rq_queues, rq_serializer=rq_serializer)
     return worker.work(burst=burst, logging_level=logging_level, with_scheduler=False)

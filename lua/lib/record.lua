@@ -61,6 +61,10 @@ local function place(K, t, from, to, score, now, passing)
     redis.call('ZADD', K.ready, -tonumber(t.priority or 0) * PRIORITY_SPAN + seq, id)
   end
   if old and old ~= new then redis.call('ZREM', K[old], id) end
+  -- Started or ended: its expiry (submit's expires_in) no longer applies.
+  if t.expires_at and t.expires_at ~= '' and (to == 'PROCESSING' or TERMINAL[to]) then
+    redis.call('ZREM', K.start_by, id)
+  end
   if from and TERMINAL[from] then redis.call('ZREM', K.expiry, id) end
   if new then
     redis.call('ZADD', K[new], score, id)
@@ -103,6 +107,44 @@ local function count_unfinished(K, t, delta)
   end
 end
 
+-- Counts a duration in one of the queue's histograms (`name`: 'wait' or 'run'): one counter per
+-- bucket, '<name>_h:<upper bound ms>' ('inf' above the last), and the total '<name>_ms', in the
+-- queue's stats hash (web/metrics.py makes them cumulative). Per queue, never per task.
+local function observe(K, name, ms)
+  if ms < 0 then ms = 0 end
+  local bound = 'inf'
+  for _, b in ipairs(BUCKETS_MS) do
+    if ms <= b then bound = b break end
+  end
+  redis.call('HINCRBY', K.stats, name .. '_h:' .. bound, 1)
+  redis.call('HINCRBY', K.stats, name .. '_ms', ms)
+end
+
+-- The two lines of tasks waiting for a worker, PENDING and QUEUED, each scored by when the task
+-- began to wait: when it entered PENDING (submit, release, promote, retry) or, later, when its
+-- submit's delay ended or its parents were met (a task waiting on parents is in neither). A
+-- dispatch keeps the score; a claim counts now - score in the 'wait' histogram. The head of a line
+-- is its oldest waiting task (web/metrics.py reads it: ZRANGE 0 0).
+local function wait_lines(K, t, from, to, now, fields)
+  local since
+  if from == 'PENDING' or from == 'QUEUED' then
+    local line = from == 'PENDING' and K.pending_since or K.queued_since
+    since = tonumber(redis.call('ZSCORE', line, t.id))
+    if since then redis.call('ZREM', line, t.id) end
+    -- A task that began to wait before the lines existed: the best guess there is.
+    since = since or (from == 'QUEUED' and tonumber(t.queued_at or '')) or t.state_since
+  end
+  if to == 'PENDING' then
+    if (fields.waiting_on or t.waiting_on) ~= '1' then
+      redis.call('ZADD', K.pending_since, math.max(now, tonumber(fields.not_before or t.not_before or 0)), t.id)
+    end
+  elseif to == 'QUEUED' then
+    redis.call('ZADD', K.queued_since, since or now, t.id)
+  elseif to == 'PROCESSING' and since then
+    observe(K, 'wait', now - math.max(since, tonumber(t.not_before or 0)))
+  end
+end
+
 -- The one way a task changes state. Checks nothing: callers validate first. `passing`: the
 -- task goes on to another state in the same script (expire's PROCESSING -> TIMEOUT ->
 -- RETRY_WAITING), so a terminal state's effects (due-time watch, waiting children,
@@ -110,13 +152,19 @@ end
 -- `score`: deadline in the target state's set (ignored for terminal states).
 local function change(K, t, verb, to, now, score, fields, ev, passing)
   local from = t.status
-  if from == 'PROCESSING' then close_stage(K, t, now) end
+  if from == 'PROCESSING' then
+    close_stage(K, t, now)
+    observe(K, 'run', now - t.state_since)
+  end
   if from then
     redis.call('HINCRBY', K.counts, from, -1)
     redis.call('HINCRBY', K.stats, 'tis_ms:' .. from, now - t.state_since)
     redis.call('HINCRBY', K.stats, 'tis_n:' .. from, 1)
   end
   redis.call('HINCRBY', K.counts, to, 1)
+  -- After a write Redis refuses when full: a script's first write must be one (a ZREM is allowed,
+  -- and would let the rest of the script write past maxmemory).
+  wait_lines(K, t, from, to, now, fields)
   redis.call('HINCRBY', K.stats, 'entered:' .. to, 1)
   place(K, t, from, to, score, now, passing)
   -- Unfinished until a terminal state that is not passed through; again so after a manual retry.
@@ -136,6 +184,21 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   ev.stage = ev.stage or t.stage
   emit(K, t, 'transition', now, ev, true)
   if TERMINAL[to] and not passing then notify(K, t, 'terminal', now) end
+end
+
+-- Whether a task's expiry (submit's expires_in) has passed; claim clears it, so only a task never
+-- started has one.
+local function lapsed(t, now)
+  local at = tonumber(t.expires_at) or 0
+  return at > 0 and at <= now
+end
+
+-- PENDING, QUEUED or RETRY_WAITING -> CANCELLED, reason expired: the lapse verb (lua/lapse.lua, the
+-- sweeper at the expiry time; claim records it instead of starting a task it finds expired).
+local function lapse_now(K, t, now)
+  change(K, t, 'lapse', 'CANCELLED', now, 0,
+    {finished_at = now, reason = 'expired', error_kind = 'expired', next_retry_at = '', waiting_on = ''},
+    {reason = 'expired'})
 end
 
 -- RETRY_WAITING -> PENDING, due for dispatch now: the promote verb (lua/promote.lua; expire
@@ -174,6 +237,13 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
   redis.call('ZADD', owner_index, now, f.id)
   local first = watch_time(f)
   if first then redis.call('ZADD', K.watch, first, f.id) end
+  local expires_at = tonumber(f.expires_at) or 0
+  if expires_at > 0 then
+    redis.call('ZADD', K.start_by, expires_at, f.id)
+    if expires_at - now < WAKE_WITHIN_MS then redis.call('PUBLISH', K.start_by, expires_at) end
+  else
+    f.expires_at = nil
+  end
   t.id, t.owner, t.type, t.waiting_on, t.args_bytes = f.id, f.owner, f.type, f.waiting_on, #args_json
   if not due then
     due = now + delay_ms

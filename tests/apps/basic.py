@@ -46,7 +46,8 @@ def config() -> Config:
 
 
 def note(ctx, what: str) -> None:
-    app_engine().redis.rpush(f"log:{ctx.task_id}", f"{ctx.attempt}:{what}:{os.getpid()}")
+    # The engine running the task (a test that runs one in-process has no GHOSTLESS_REDIS_URL).
+    ctx._engine.redis.rpush(f"log:{ctx.task_id}", f"{ctx.attempt}:{what}:{os.getpid()}")
 
 
 def gate_key(task_id: str) -> str:
@@ -125,7 +126,7 @@ def register(engine: Engine, lease: float = LEASE, only: tuple[str, ...] | None 
     def gated(ctx, tag=""):
         """Runs until the test creates gate_key(task id), ignoring ctx.cancelled; returns its args."""
         note(ctx, "start")
-        while not app_engine().redis.exists(gate_key(ctx.task_id)):
+        while not ctx._engine.redis.exists(gate_key(ctx.task_id)):
             time.sleep(0.01)
         note(ctx, "done")
         return {"tag": tag, "pid": os.getpid()}
@@ -176,7 +177,7 @@ def register(engine: Engine, lease: float = LEASE, only: tuple[str, ...] | None 
 
         app_engine().release = ctx._engine.release = refuse
         note(ctx, "start")
-        while not app_engine().redis.exists(gate_key(ctx.task_id)):
+        while not ctx._engine.redis.exists(gate_key(ctx.task_id)):
             time.sleep(0.02)
         note(ctx, "done")
         return {"pid": os.getpid()}

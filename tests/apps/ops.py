@@ -15,6 +15,7 @@ import fakeredis
 import redis
 
 from ghostless import Engine
+from ghostless.core.connect import connect
 from tests.conftest import register_test_types
 
 FAKE = fakeredis.FakeServer()
@@ -41,4 +42,6 @@ def engine() -> Engine:
     url = os.environ.get("GHOSTLESS_REDIS_URL")
     if not url:
         raise RuntimeError("tests.apps.ops needs GHOSTLESS_REDIS_URL or GHOSTLESS_TEST_FAKE=1")
+    if "+cluster://" in url:
+        return build(connect(url))
     return build(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5))

@@ -1,12 +1,24 @@
 """Chaos soak: many tasks through real fork workers while workers are killed and paused and Redis
-restarts; then a checker compares the engine's records with what the task functions really did.
+restarts or fails over; then a checker compares the engine's records with what the task functions
+really did.
 
     .venv/bin/python -m tests.chaos.soak --tasks 10000        (``make chaos``)
     .venv/bin/python -m tests.chaos.soak --tasks 500 --seed 7
+    .venv/bin/python -m tests.chaos.soak --backend cluster --restart-at 0.3,0.6 [--wait-replicas 1] [--lag 0.5]
+    .venv/bin/python -m tests.chaos.soak --backend sentinel ...            (``make chaos-cluster``: both)
 
-tests/chaos/test_soak.py runs the CI size (500 tasks) and asserts on the same report.
+tests/chaos/test_soak.py runs the CI size (500 tasks) and asserts on the same report;
+tests/chaos/test_failover.py a short cluster and a short Sentinel run.
 
-What happens (all against a private redis-server with appendonly yes, appendfsync always):
+Backends (``--backend``, tests/chaos/backends.py): ``standalone`` is a private redis-server with
+appendonly yes, appendfsync always, SIGKILLed and restarted; ``cluster`` a 3-master, 3-replica
+Redis Cluster whose masters are SIGKILLed (a replica promoted, the node restarted as a replica),
+with the soak's tasks spread over four queues on the three shards; ``sentinel`` a primary, a
+replica and three sentinels, the primary SIGKILLed and Sentinel promoting the replica.
+``--wait-replicas`` sets Config.wait_replicas in every engine of the run (the driver's, workers',
+sweepers'); a build that refuses it there (RedisSetupError) reports "not supported by this build".
+
+What happens:
 
 - A submitter thread submits ``--tasks`` tasks (``--rate`` per second) with idempotency keys, retrying
   a submit whose reply was lost (Redis restart), so the list of submitted ids is exact. Each task gets
@@ -20,22 +32,32 @@ What happens (all against a private redis-server with appendonly yes, appendfsyn
 - Every ``--pause-every`` seconds a busy worker (its horse only, or parent and horse) gets SIGSTOP for
   longer than the lease (lease + 0.5..1.5 s), then SIGCONT: its lease is reclaimed meanwhile, and the
   paused attempt must not be able to change the task when it wakes up (fencing).
-- Once, when ``--restart-at`` of the tasks have ended, Redis is SIGKILLed and restarted from its AOF.
+- When ``--restart-at`` shares of the tasks have ended, the backend loses its Redis: SIGKILL and
+  restart from the AOF, or a failover (each on the next shard). The rest of the chaos goes on meanwhile.
+- At ``--sweeper-kill-at`` shares of the submissions a sweeper is SIGKILLed and replaced.
 - At given shares of the submissions (``--snatch-at``) one RQ job is popped the way a worker pops it
   and dropped: a worker that died between dequeue and claim, made certain.
 - Chaos stops ``--quiet`` seconds before the drain deadline (last submission + ``--drain-timeout``).
 
 The checker (``check_run``) defines, per submitted task id:
 
-- lost: its task hash is gone (retention is 7 days: nothing may have purged it).
+- lost (acknowledged submits lost): its task hash is gone (retention is 7 days: nothing may have
+  purged it), although its submit returned.
 - stuck: not terminal at the drain deadline (or when the run drained).
 - completed twice: the task's history has more than one accepted completion (a transition
   PROCESSING -> SUCCESS). The history is capped (100 entries), so this is cross-checked globally:
   the queue's ``entered:SUCCESS`` counter must equal the number of SUCCESS tasks.
 - phantom success: SUCCESS whose accepted token (``ended_token``) has no ``done`` line in the
   side-effect log, or whose stored result names another token: an outcome nobody produced.
-- duplicate executions: executions beyond one per attempt, i.e. more than one ``start`` line for
-  the same (task, fencing token). Each claim issues a new token, so this is "two runs of one claim".
+- duplicate executions: executions beyond one per claim, i.e. more than one ``start`` line for
+  the same (task, fencing token, claim id): "two runs of one claim".
+- acknowledged successes undone: a worker's ``complete`` returned (an ``acked`` line), and the final
+  record's accepted outcome is not that claim's: a failover lost it, and the work ran again.
+- claims lost: a fencing token that two claims got (the first claim lost in a failover, the token
+  issued again; told apart by the claim id).
+- acknowledged cancels undone: a cancel returned, and the task did not end CANCELLED.
+- Those four are zero on one Redis and with wait_replicas. Without wait_replicas a failover may lose
+  them (``Report.losses_allowed``): they are measured and reported, not failures.
 - zombie executions (informative): executions that wrote a line after a newer attempt of the same task
   had started (a paused or cut-off attempt running on; fencing must make it harmless).
 - completions refused (informative): ``done`` executions whose result was not the accepted one.
@@ -48,6 +70,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import logging
 import os
 import random
 import signal
@@ -65,16 +88,26 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ghostless import Config, Engine, IllegalTransition, TaskNotFound  # noqa: E402
+from ghostless import Config, Engine, IllegalTransition, RedisSetupError, ReplicationTimeout, TaskNotFound  # noqa: E402
 from ghostless.core.states import TERMINAL, State  # noqa: E402
-from tests.chaos.app import register  # noqa: E402
+from tests.chaos.app import WAIT_TIMEOUT, register, type_name  # noqa: E402
+from tests.chaos.backends import BACKENDS  # noqa: E402
 from tests.support.procs import Proc, app_env, start_sweeper, start_worker  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
 
 APP = "tests.chaos.app:worker_engine"
 QUEUE = "chaos"
 NON_TERMINAL = [s.value for s in State if s not in TERMINAL]
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+# A call that raised one of these was not acknowledged (a ReplicationTimeout: not by the replicas):
+# the driver retries it (a submit with its idempotency key) or looks again later.
+REDIS_DOWN = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+    ReplicationTimeout,
+)
 
 
 @dataclass
@@ -94,16 +127,34 @@ class SoakConfig:
     horse_share: float = 0.5  # of kills: the work-horse only (else the whole worker)
     pause_every: tuple[float, float] = (5.0, 9.0)
     pause_extra: tuple[float, float] = (0.5, 1.5)  # a pause lasts lease + this
-    restart_at: float = 0.4  # share of tasks ended when Redis restarts (> 1: never)
+    # shares of tasks ended at which Redis restarts (standalone) or fails over (cluster, sentinel);
+    # > 1: never
+    restart_at: float | tuple[float, ...] = 0.4
     snatch_at: tuple = (0.2, 0.5, 0.7)  # shares of tasks submitted at which a job is dropped after dequeue
+    sweeper_kill_at: tuple = (0.3, 0.6)  # shares of tasks submitted at which a sweeper is SIGKILLed (replaced)
     cancel_share: float = 0.02
     drain_timeout: float = 120.0  # after the last submission
     quiet: float = 20.0  # chaos stops this long before the drain deadline
     verbose: bool = True
+    backend: str = "standalone"  # standalone | cluster | sentinel (tests/chaos/backends.py)
+    wait_replicas: int = 0  # Config.wait_replicas of every engine of the run (failover backends)
+    lag: float = 0.0  # seconds the replica is held back before a failover (tests/chaos/backends.py)
 
 
 @dataclass
 class Report:
+    backend: str = "standalone"
+    wait_replicas: int = 0
+    not_supported: str = ""  # why this build refused the run's set-up (nothing ran)
+    # What a failover may lose when writes do not wait for replicas; problems() counts them unless
+    # losses_allowed (a failover backend without wait_replicas), where they are measured instead.
+    losses_allowed: bool = False
+    acked_successes_undone: list = field(default_factory=list)  # a complete acknowledged, then undone
+    claims_lost: int = 0  # claims whose fencing token was issued again to another claim
+    cancels_undone: list = field(default_factory=list)  # a cancel acknowledged, the task not CANCELLED
+    work_ran_again: int = 0  # tasks whose function ran to its end under more than one claim (informative)
+    harness_errors: list = field(default_factory=list)  # a disruption that did not go as planned
+    disruptions: list = field(default_factory=list)  # each Redis restart or failover, as it went
     submitted: int = 0
     states: dict = field(default_factory=dict)
     lost: list = field(default_factory=list)
@@ -129,11 +180,27 @@ class Report:
     chaos: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
-    def problems(self) -> list[str]:
-        """Violations: each must be empty/zero."""
+    def losses(self) -> list[str]:
+        """Acknowledged writes that did not survive: zero unless a failover lost writes no replica
+        had (``losses_allowed``: then they are measurements, not problems)."""
         out = []
         if self.lost:
-            out.append(f"lost {len(self.lost)}: {self.lost[:5]}")
+            out.append(f"lost acknowledged submits {len(self.lost)}: {self.lost[:5]}")
+        if self.acked_successes_undone:
+            out.append(
+                f"acknowledged successes undone (the work ran again) {len(self.acked_successes_undone)}: "
+                f"{self.acked_successes_undone[:5]}"
+            )
+        if self.claims_lost:
+            out.append(f"claims lost (their token issued again to another claim) {self.claims_lost}")
+        if self.cancels_undone:
+            out.append(f"acknowledged cancels undone {len(self.cancels_undone)}: {self.cancels_undone[:5]}")
+        return out
+
+    def problems(self) -> list[str]:
+        """Violations: each must be empty/zero."""
+        out = [] if self.losses_allowed else self.losses()
+        out += [f"harness: {e}" for e in self.harness_errors]
         if self.stuck:
             out.append(f"stuck {len(self.stuck)}: {self.stuck[:5]}")
         if self.completed_twice or self.success_counter_excess:
@@ -144,14 +211,21 @@ class Report:
         if self.phantom_successes:
             out.append(f"phantom successes {len(self.phantom_successes)}: {self.phantom_successes[:5]}")
         if self.duplicate_executions:
-            out.append(f"duplicate executions (same task and token) {self.duplicate_executions}")
+            out.append(f"duplicate executions (same task, token and claim) {self.duplicate_executions}")
         if self.check:
             out.append(f"engine.check(): {self.check[:5]}")
         return out
 
     def format(self) -> str:
         s = self.states
+        mode = f"{self.backend}, wait_replicas={self.wait_replicas}"
+        if self.not_supported:
+            return f"{mode}: not supported by this build ({self.not_supported})"
         lines = [
+            f"{mode}: lost acknowledged submits {len(self.lost)} | acknowledged successes undone (work run "
+            f"again) {len(self.acked_successes_undone)} | claims lost {self.claims_lost} | acknowledged "
+            f"cancels undone {len(self.cancels_undone)} | tasks whose work ran to the end more than once "
+            f"{self.work_ran_again}" + (" (measured: writes do not wait for replicas)" if self.losses_allowed else ""),
             f"submitted {self.submitted}: SUCCESS {s.get('SUCCESS', 0)}, FAILED {s.get('FAILED', 0)}, "
             f"TIMEOUT {s.get('TIMEOUT', 0)}, CANCELLED {s.get('CANCELLED', 0)}"
             + "".join(f", {k} {v}" for k, v in s.items() if k not in ("SUCCESS", "FAILED", "TIMEOUT", "CANCELLED")),
@@ -200,7 +274,10 @@ class Soak:
         self.ns = f"chaos{uuid.uuid4().hex[:6]}"
         with tempfile.NamedTemporaryFile(prefix="ghostless-chaos-", suffix=".log", delete=False) as f:
             self.log_path = f.name  # the side-effect log (tests/chaos/app.py appends to it)
-        self.server = RedisServer(appendonly=True, appendfsync="always")
+        if cfg.wait_replicas and cfg.backend == "standalone":
+            raise ValueError("wait_replicas needs replicas: run it on the cluster or sentinel backend")
+        self.backend = BACKENDS[cfg.backend](lag=cfg.lag)
+        self.queues: tuple[str, ...] = self.backend.queues
         self.ids: list[str] = []
         self.ids_lock = threading.Lock()
         self.cancels: list[tuple[float, str]] = []  # (monotonic time, task id)
@@ -214,6 +291,11 @@ class Soak:
         self.chaos = collections.Counter()
         self.died: list[str] = []
         self.snatched: list[str] = []  # task ids whose RQ job the driver dropped
+        self.cancelled: list[str] = []  # task ids whose cancel was acknowledged
+        self.disrupting: threading.Thread | None = None
+        self.disruptions: list[str] = []
+        self.harness_errors: list[str] = []
+        self.kept: set[str] = set()  # logs of processes that died on their own
 
     def say(self, msg: str) -> None:
         if self.cfg.verbose:
@@ -222,13 +304,15 @@ class Soak:
     # -- processes --------------------------------------------------------------------------------
     def env(self) -> dict:
         return app_env(
-            self.server.url,
+            self.backend.url,
             self.ns,
             self.cfg.lease,
             GHOSTLESS_CHAOS_NS=self.ns,
             GHOSTLESS_CHAOS_LOG=self.log_path,
             GHOSTLESS_CHAOS_LEASE=str(self.cfg.lease),
             GHOSTLESS_CHAOS_REQUEUE=str(self.cfg.requeue_after),
+            GHOSTLESS_CHAOS_QUEUES=",".join(self.queues),
+            GHOSTLESS_CHAOS_WAIT=str(self.cfg.wait_replicas),
         )
 
     def new_worker(self) -> Proc:
@@ -249,11 +333,12 @@ class Soak:
         start = time.monotonic()
         try:
             for i in range(self.cfg.tasks):
-                type_name, args = make_plan(rng, self.cfg.mean_step)
+                base, args = make_plan(rng, self.cfg.mean_step)
                 wait = start + i / self.cfg.rate - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-                task = self._submit(engine, type_name, args, f"soak-{i}")
+                queue = self.queues[i % len(self.queues)]
+                task = self._submit(engine, type_name(base, queue), args, f"soak-{i}")
                 with self.ids_lock:
                     self.ids.append(task.id)
                     if rng.random() < self.cfg.cancel_share:
@@ -266,8 +351,8 @@ class Soak:
         for attempt in range(600):
             try:
                 return engine.submit(type_name, args, owner="soak", idempotency_key=key)
-            except REDIS_DOWN:
-                self.chaos["submit retries (Redis down)"] += 1
+            except REDIS_DOWN as e:
+                self.chaos[f"submit retries ({type(e).__name__})"] += 1
                 time.sleep(min(1.0, 0.05 * (attempt + 1)))
         raise RuntimeError(f"could not submit {key}: Redis unreachable for minutes")
 
@@ -301,6 +386,18 @@ class Soak:
         self.new_worker()
         self.chaos["worker SIGKILL (+ replacement)"] += 1
 
+    def kill_sweeper(self) -> None:
+        """SIGKILL a sweeper and start another: any copy may die at any moment."""
+        victim = next((p for p in self.sweepers if p.alive()), None)
+        if victim is None:
+            return
+        self.killed.add(victim.pid)
+        victim.signal(signal.SIGKILL)
+        victim.popen.wait(10)
+        self.sweepers.remove(victim)
+        self.new_sweeper()
+        self.chaos["sweeper SIGKILL (+ replacement)"] += 1
+
     def snatch_one(self, client) -> bool:
         """A worker that took a job and died before its work-horse claimed the task, made certain:
         the driver dequeues one ghostless RQ job the way a worker does (RQ's dequeue_any over the
@@ -311,20 +408,23 @@ class Soak:
         from rq import Queue
         from rq.serializers import JSONSerializer
 
-        from ghostless.execution import rq_dispatch
+        from ghostless.execution.rq_cluster import ClusterJob, ClusterQueue, RQClusterConnection, is_cluster
 
-        # the RQ lists a ghostless worker pops, in its order (one per priority level, if the engine has them)
-        names = (
-            rq_dispatch.rq_queue_names(self.ns, QUEUE)
-            if hasattr(rq_dispatch, "rq_queue_names")
-            else [rq_dispatch.rq_queue_name(self.ns, QUEUE)]
-        )
-        queues = [Queue(n, connection=client, serializer=JSONSerializer) for n in names]
-        got = Queue.dequeue_any(queues, None, connection=client, serializer=JSONSerializer)
-        if got:
-            self.snatched.append(got[0].args[0])
+        cluster = is_cluster(client)
+        # the RQ lists a ghostless worker pops, in its order (one per priority level)
+        names = [n for q in self.queues for n in rq_names(self.ns, q, cluster)]
+        if cluster:  # as a cluster worker pops: LPOP of the first non-empty list
+            popped = ClusterQueue.lpop([f"rq:queue:{n}" for n in names], None, connection=RQClusterConnection(client))
+            job_id = popped[1].decode() if popped else None
+            task_id = ClusterJob.fetch(job_id, connection=client, serializer=JSONSerializer).args[0] if job_id else None
+        else:
+            queues = [Queue(n, connection=client, serializer=JSONSerializer) for n in names]
+            got = Queue.dequeue_any(queues, None, connection=client, serializer=JSONSerializer)
+            task_id = got[0].args[0] if got else None
+        if task_id:
+            self.snatched.append(task_id)
             self.chaos["RQ job dropped between dequeue and claim"] += 1
-        return bool(got)
+        return bool(task_id)
 
     def pause_one(self) -> None:
         busy = self.busy()
@@ -355,7 +455,10 @@ class Soak:
                 if not p.alive() and p.pid not in self.killed:
                     group.remove(p)
                     tail = p.output().strip().splitlines()[-3:]
-                    self.died.append(f"{what} {p.pid} exited {p.popen.returncode}: {' | '.join(tail)}")
+                    self.died.append(
+                        f"{what} {p.pid} exited {p.popen.returncode} (log kept: {p.log.name}): {' | '.join(tail)}"
+                    )
+                    self.kept.add(p.log.name)
                     self.chaos[f"{what} died on its own (+ replacement)"] += 1
                     make()
 
@@ -368,27 +471,51 @@ class Soak:
             try:
                 engine.cancel(tid, by="soak", reason="changed my mind")
                 self.chaos["cancels accepted"] += 1
+                self.cancelled.append(tid)
             except (IllegalTransition, TaskNotFound):
                 self.chaos["cancels of ended tasks"] += 1
             except REDIS_DOWN:
                 with self.ids_lock:
                     self.cancels.append((now + 0.5, tid))
 
-    def restart_redis(self) -> None:
-        t0 = time.monotonic()
-        self.server.restart(kill=True)
-        self.chaos["Redis SIGKILL + restart (AOF always)"] += 1
-        self.chaos["Redis outage ms"] = int((time.monotonic() - t0) * 1000)
-        self.say(f"Redis restarted ({self.chaos['Redis outage ms']} ms)")
+    def disrupt(self) -> None:
+        """The backend's Redis disruption (a restart, a failover), in a thread: the other chaos
+        goes on meanwhile."""
+        index = len(self.disruptions) + len(self.harness_errors)
+
+        def run() -> None:
+            t0 = time.monotonic()
+            try:
+                what = self.backend.disrupt(index)
+            except Exception as e:  # noqa: BLE001 - reported as a problem of the run
+                self.harness_errors.append(f"{self.backend.disruption} {index + 1} failed: {e!r}")
+                return
+            ms = int((time.monotonic() - t0) * 1000)
+            self.chaos[self.backend.disruption] += 1
+            self.chaos["Redis disruption ms (longest)"] = max(self.chaos["Redis disruption ms (longest)"], ms)
+            self.disruptions.append(f"{self.backend.disruption} {index + 1}: {what} ({ms} ms)")
+            self.say(self.disruptions[-1])
+
+        self.disrupting = threading.Thread(target=run, daemon=True)
+        self.disrupting.start()
 
     # -- main loop --------------------------------------------------------------------------------
     def run(self) -> Report:
         cfg = self.cfg
-        self.server.start()
-        client = redis.Redis(host="127.0.0.1", port=self.server.port, socket_timeout=5, socket_connect_timeout=2)
-        engine = register(Engine(client, namespace=self.ns, config=Config(requeue_after=cfg.requeue_after)), cfg.lease)
-        counts_key = engine.keys.queue_key(QUEUE, "counts")
-        report = Report()
+        report = Report(backend=cfg.backend, wait_replicas=cfg.wait_replicas)
+        report.losses_allowed = cfg.backend != "standalone" and not cfg.wait_replicas
+        self.backend.start()
+        client = self.backend.client()
+        config = Config(requeue_after=cfg.requeue_after, wait_replicas=cfg.wait_replicas, wait_timeout=WAIT_TIMEOUT)
+        try:
+            engine = register(Engine(client, namespace=self.ns, config=config), cfg.lease, self.queues)
+        except RedisSetupError as e:  # e.g. wait_replicas on a cluster, before a build that has it
+            report.not_supported = str(e)
+            client.close()
+            self.backend.close()
+            _unlink(self.log_path)
+            return report
+        counts_keys = [engine.keys.queue_key(q, "counts") for q in self.queues]
         try:
             for _ in range(cfg.sweepers):
                 self.new_sweeper()
@@ -400,13 +527,15 @@ class Soak:
             submitter = threading.Thread(target=self.submit_all, args=(engine,), daemon=True)
             submitter.start()
             self.say(
-                f"{cfg.tasks} tasks at {cfg.rate:g}/s, {cfg.workers} fork workers, {cfg.sweepers} sweepers, "
+                f"{cfg.tasks} tasks at {cfg.rate:g}/s on {cfg.backend} (queues {','.join(self.queues)}, "
+                f"wait_replicas={cfg.wait_replicas}), {cfg.workers} fork workers, {cfg.sweepers} sweepers, "
                 f"lease {cfg.lease:g}s, seed {cfg.seed}, log {self.log_path}"
             )
             next_kill = t_start + self.rng.uniform(*cfg.kill_every)
             next_pause = t_start + self.rng.uniform(*cfg.pause_every)
-            restarted = cfg.restart_at > 1
+            restarts = sorted(x for x in _shares(cfg.restart_at) if x <= 1)
             snatches = sorted(cfg.snatch_at)
+            sweeper_kills = sorted(cfg.sweeper_kill_at)
             next_report = t_start + 10
             drained_at = None
             while True:
@@ -415,13 +544,16 @@ class Soak:
                 chaos_on = deadline is None or now < deadline - cfg.quiet
                 self.resume_due(force=not chaos_on)
                 try:
-                    counts = {k.decode(): int(v) for k, v in client.hgetall(counts_key).items()}
+                    counts = collections.Counter()
+                    for key in counts_keys:
+                        counts.update({k.decode(): int(v) for k, v in client.hgetall(key).items()})
                 except REDIS_DOWN:
                     time.sleep(0.1)
                     continue
                 pending = sum(counts.get(s, 0) for s in NON_TERMINAL)
                 ended = sum(counts.get(s.value, 0) for s in TERMINAL)
-                if self.submitting_done.is_set() and pending == 0 and ended >= len(self.ids):
+                # (a failover without wait_replicas may lose submitted tasks: they never end)
+                if self.submitting_done.is_set() and pending == 0 and (ended >= len(self.ids) or report.losses_allowed):
                     drained_at = now
                     break
                 if deadline is not None and now >= deadline:
@@ -433,16 +565,19 @@ class Soak:
                     if now >= next_pause:
                         self.pause_one()
                         next_pause = now + self.rng.uniform(*cfg.pause_every)
+                    if sweeper_kills and len(self.ids) >= sweeper_kills[0] * cfg.tasks:
+                        sweeper_kills.pop(0)
+                        self.kill_sweeper()
                     if snatches and len(self.ids) >= snatches[0] * cfg.tasks:
                         try:
                             if self.snatch_one(client):  # else the queue was empty: try again soon
                                 snatches.pop(0)
                         except REDIS_DOWN:
                             pass
-                    if not restarted and ended >= cfg.restart_at * cfg.tasks:
-                        restarted = True
-                        self.restart_redis()
-                        continue
+                    idle = self.disrupting is None or not self.disrupting.is_alive()
+                    if restarts and idle and ended >= restarts[0] * cfg.tasks:
+                        restarts.pop(0)
+                        self.disrupt()
                 try:
                     self.cancel_due(engine)
                 except REDIS_DOWN:
@@ -456,14 +591,19 @@ class Soak:
                         f"chaos {dict(self.chaos)}"
                     )
                 time.sleep(0.05)
+            if self.disrupting:
+                self.disrupting.join(120)
             report.drained = drained_at is not None
             report.drain_seconds = (drained_at - t_start) if drained_at else None
             self.resume_due(force=True)
             report.chaos = dict(self.chaos)
             # what the run left behind, read before the workers go (they are idle when drained)
-            check_run(engine, list(self.ids), self.log_path, report)
-            report.notes += self.died
-            report.snatched = {tid: engine.get(tid).status.value for tid in self.snatched}
+            check_run(engine, list(self.ids), self.log_path, report, self.queues)
+            report.cancels_undone = [t for t in self.cancelled if _status(engine, t) != State.CANCELLED.value]
+            report.harness_errors = list(self.harness_errors)
+            report.disruptions = list(self.disruptions)
+            report.notes += self.disruptions + self.died
+            report.snatched = {tid: _status(engine, tid) for tid in self.snatched}
             self.say(("drained" if report.drained else "NOT drained") + f"; {len(report.problems())} problem(s)")
         finally:
             self.resume_due(force=True)
@@ -476,7 +616,7 @@ class Soak:
             keep = bool(report.problems())
             for p in self.all_procs:
                 p.log.close()
-                if not keep:
+                if not keep and p.log.name not in self.kept:  # a process that died on its own keeps its log
                     _unlink(p.log.name)
             if keep:
                 report.notes.append(
@@ -486,7 +626,7 @@ class Soak:
             else:
                 _unlink(self.log_path)
             client.close()
-            self.server.close()
+            self.backend.close()
         return report
 
 
@@ -506,22 +646,22 @@ def _unlink(path: str) -> None:
 
 # -- the checker ----------------------------------------------------------------------------------------
 def read_log(path: str) -> dict[str, list[tuple]]:
-    """task id -> [(event, token, attempt, pid, time)] in file order."""
+    """task id -> [(event, token, attempt, pid, time, claim id)] in file order."""
     out: dict[str, list[tuple]] = collections.defaultdict(list)
     try:
         with open(path) as f:
             for line in f:
                 parts = line.split()
-                if len(parts) != 6:
+                if len(parts) != 7:
                     continue
-                event, tid, token, attempt, pid, at = parts
-                out[tid].append((event, int(token), int(attempt), int(pid), float(at)))
+                event, tid, token, attempt, pid, at, claim = parts
+                out[tid].append((event, int(token), int(attempt), int(pid), float(at), claim))
     except FileNotFoundError:
         pass
     return out
 
 
-def check_run(engine: Engine, ids: list[str], log_path: str, report: Report) -> Report:
+def check_run(engine: Engine, ids: list[str], log_path: str, report: Report, queues=(QUEUE,)) -> Report:
     """Fill ``report`` from the engine's records and the side-effect log (definitions: module doc)."""
     r = engine.redis
     log = read_log(log_path)
@@ -565,11 +705,20 @@ def check_run(engine: Engine, ids: list[str], log_path: str, report: Report) -> 
             )
             _check_executions(tid, h, result, log.get(tid, []), report)
     report.states = dict(sorted(states.items()))
-    q = engine.stats()[QUEUE]
-    report.stale_rejections = q["stale_rejections"]
-    report.success_counter_excess = q["entered"]["SUCCESS"] - q["counts"]["SUCCESS"]
+    stats = engine.stats()
+    for queue in queues:
+        q = stats[queue]
+        report.stale_rejections += q["stale_rejections"]
+        report.success_counter_excess += q["entered"]["SUCCESS"] - q["counts"]["SUCCESS"]
     report.check = engine.check()
     return report
+
+
+def rq_names(ns: str, queue: str, cluster: bool) -> list[str]:
+    """The RQ queues of a ghostless queue, one per priority level (tagged on a cluster)."""
+    from ghostless.execution import rq_dispatch
+
+    return rq_dispatch.rq_queue_names(ns, queue, tagged=cluster)
 
 
 def _why_stuck(engine: Engine, tid: str, h: dict) -> str:
@@ -579,37 +728,54 @@ def _why_stuck(engine: Engine, tid: str, h: dict) -> str:
     from rq.job import Job
     from rq.serializers import JSONSerializer
 
-    from ghostless.execution import rq_dispatch
+    from ghostless.core.keys import rq_job_id
+    from ghostless.execution.rq_cluster import ClusterJob, is_cluster
 
     status, dispatch_id = h.get("status", ""), h.get("dispatch_id", "")
     if status != "QUEUED" or not dispatch_id:
         return f"{status} (dispatch {dispatch_id or 'none'})"
-    names = (
-        rq_dispatch.rq_queue_names(engine.keys.ns, QUEUE)
-        if hasattr(rq_dispatch, "rq_queue_names")
-        else [rq_dispatch.rq_queue_name(engine.keys.ns, QUEUE)]
-    )
-    r = engine.redis
-    for name in names:
+    r, queue = engine.redis, tid.partition(".")[0]
+    cluster = is_cluster(r)
+    job_id = rq_job_id(queue, dispatch_id) if cluster else dispatch_id
+    for name in rq_names(engine.keys.ns, queue, cluster):
         for key in (f"rq:queue:{name}", f"rq:queue:{name}:intermediate"):
-            if r.lpos(key, dispatch_id) is not None:
+            if r.lpos(key, job_id) is not None:
                 return "QUEUED, job waiting in an RQ list" + (" (intermediate)" if key.endswith("intermediate") else "")
     try:
-        job_status = Job.fetch(dispatch_id, connection=r, serializer=JSONSerializer).get_status()
+        job_class = ClusterJob if cluster else Job
+        job_status = job_class.fetch(job_id, connection=r, serializer=JSONSerializer).get_status()
     except NoSuchJobError:
         return "QUEUED, job gone"
     return f"QUEUED, job popped but never claimed (RQ says {getattr(job_status, 'value', job_status)})"
 
 
 def _check_executions(tid: str, h: dict, result, lines: list[tuple], report: Report) -> None:
-    starts = collections.Counter(tok for ev, tok, *_ in lines if ev == "start")
+    """An execution is one claim's run: (token, claim id); lines without a claim id (a made-up log)
+    tell claims apart by token alone."""
+
+    def claims(event: str) -> list[tuple[int, str]]:
+        return [(line[1], line[5] if len(line) > 5 else "") for line in lines if line[0] == event]
+
+    starts = collections.Counter(claims("start"))
     report.executions += sum(starts.values())
     report.duplicate_executions += sum(n - 1 for n in starts.values() if n > 1)
-    done_tokens = {tok for ev, tok, *_ in lines if ev == "done"}
-    accepted = int(h["ended_token"]) if h.get("status") == "SUCCESS" and h.get("ended_token") else None
-    if h.get("status") == "SUCCESS" and (accepted not in done_tokens or not result or result.get("token") != accepted):
+    # a token issued to two claims: the first claim was lost (a failover), the token issued again
+    per_token = collections.Counter(tok for tok, _ in starts)
+    report.claims_lost += sum(n - 1 for n in per_token.values() if n > 1)
+    done = set(claims("done"))
+    report.work_ran_again += len(done) > 1
+    success = h.get("status") == "SUCCESS"
+    accepted = (int(h["ended_token"]), h.get("claim_id", "")) if success and h.get("ended_token") else None
+
+    def is_accepted(pair: tuple) -> bool:
+        return accepted is not None and pair[0] == accepted[0] and pair[1] in ("", accepted[1])
+
+    produced = any(is_accepted(d) for d in done) and bool(result)
+    if success and not (produced and is_accepted((result.get("token"), result.get("claim", "")))):
         report.phantom_successes.append(tid)
-    report.completions_refused += len(done_tokens - ({accepted} if accepted is not None else set()))
+    report.completions_refused += sum(1 for d in done if not is_accepted(d))
+    if any(not accepted or a != accepted for a in claims("acked")):
+        report.acked_successes_undone.append(tid)
     # zombie: a line of token t written after a token > t had started
     newest = 0
     zombies = set()
@@ -619,6 +785,22 @@ def _check_executions(tid: str, h: dict, result, lines: list[tuple], report: Rep
         if ev == "start":
             newest = max(newest, tok)
     report.zombie_executions += len(zombies)
+
+
+def _status(engine: Engine, task_id: str) -> str:
+    """The task's state, or "gone" (a submit a failover lost)."""
+    try:
+        return engine.get(task_id).status.value
+    except TaskNotFound:
+        return "gone"
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def _shares(at: float | tuple[float, ...]) -> tuple[float, ...]:
+    return at if isinstance(at, tuple) else (at,)
 
 
 def run_soak(cfg: SoakConfig | None = None) -> Report:
@@ -636,7 +818,16 @@ def main(argv=None) -> int:
     ap.add_argument("--lease", type=float, default=d.lease)
     ap.add_argument("--requeue-after", type=float, default=d.requeue_after)
     ap.add_argument("--mean-step", type=float, default=d.mean_step)
-    ap.add_argument("--restart-at", type=float, default=d.restart_at)
+    ap.add_argument(
+        "--restart-at",
+        default=str(d.restart_at),
+        help="shares of tasks ended at which Redis restarts or fails over, comma-separated (> 1: never)",
+    )
+    ap.add_argument("--backend", choices=sorted(BACKENDS), default=d.backend)
+    ap.add_argument(
+        "--wait-replicas", type=int, default=d.wait_replicas, help="Config.wait_replicas (failover backends)"
+    )
+    ap.add_argument("--lag", type=float, default=d.lag, help="seconds the replica is held back before a failover")
     ap.add_argument(
         "--drain-timeout",
         type=float,
@@ -648,6 +839,11 @@ def main(argv=None) -> int:
         default=",".join(str(x) for x in d.snatch_at),
         help="shares of submissions at which one RQ job is dropped between dequeue and claim ('' for none)",
     )
+    ap.add_argument(
+        "--sweeper-kill-at",
+        default=",".join(str(x) for x in d.sweeper_kill_at),
+        help="shares of submissions at which a sweeper is SIGKILLed and replaced ('' for none)",
+    )
     a = ap.parse_args(argv)
     cfg = SoakConfig(
         tasks=a.tasks,
@@ -658,12 +854,21 @@ def main(argv=None) -> int:
         lease=a.lease,
         requeue_after=a.requeue_after,
         mean_step=a.mean_step,
-        restart_at=a.restart_at,
-        snatch_at=tuple(float(x) for x in a.snatch_at.split(",") if x.strip()),
+        restart_at=_floats(a.restart_at),
+        backend=a.backend,
+        wait_replicas=a.wait_replicas,
+        lag=a.lag,
+        snatch_at=_floats(a.snatch_at),
+        sweeper_kill_at=_floats(a.sweeper_kill_at),
         drain_timeout=a.drain_timeout or (300.0 if a.tasks >= 2000 else d.drain_timeout),
     )
+    if cfg.backend != "standalone":  # their nodes run without AOF on purpose: the failover is the test
+        logging.getLogger("ghostless").addFilter(lambda record: "Redis AOF is off" not in record.getMessage())
     report = run_soak(cfg)
     print(report.format())
+    if report.not_supported:
+        print("RESULT: NOT SUPPORTED by this build (nothing ran)")
+        return 0
     problems = report.problems()
     print("RESULT: " + ("PASS" if not problems else "FAIL\n  " + "\n  ".join(problems)))
     return 0 if not problems else 1

@@ -65,4 +65,7 @@ def test_checker_counts_duplicate_zombie_phantom_and_refused_executions():
         report,
     )
     assert report.phantom_successes == ["q.b", "q.c"]
-    assert report.problems() == ["phantom successes 2: ['q.b', 'q.c']", "duplicate executions (same task and token) 1"]
+    assert report.problems() == [
+        "phantom successes 2: ['q.b', 'q.c']",
+        "duplicate executions (same task, token and claim) 1",
+    ]

@@ -64,3 +64,22 @@ def test_check_after_redis_restarted_without_persistence_exits_1_instead_of_heal
     assert result.exit_code == 1, result.output
     assert "no ghostless data marker" in result.stdout and "healthy" not in result.stdout
     assert json.loads(cli("check", "--json").stdout)["healthy"] is False
+
+
+def test_check_on_a_cluster_reports_the_persistence_of_every_primary(redis_cluster, monkeypatch, cli):
+    """Each primary has its own settings: one with AOF on among two without is named as such."""
+    monkeypatch.setenv("GHOSTLESS_APP", "tests.apps.ops:engine")
+    monkeypatch.delenv("GHOSTLESS_TEST_FAKE", raising=False)
+    monkeypatch.setenv("GHOSTLESS_REDIS_URL", redis_cluster.url)
+    redis_cluster.flushall()
+    primaries = sorted(redis_cluster.master_nodes(), key=lambda n: n.port)
+    on = primaries[0].client()
+    on.config_set("appendonly", "yes")
+    try:
+        notes = json.loads(cli("check", "--json").stdout)["server"]
+    finally:
+        on.config_set("appendonly", "no")
+    by_node = {n.split(": ", 1)[0]: n.split(": ", 1)[1] for n in notes if not n.startswith("data epoch")}
+    assert sorted(by_node) == sorted(f"127.0.0.1:{n.port}" for n in primaries)
+    assert "appendfsync everysec" in by_node[f"127.0.0.1:{primaries[0].port}"]
+    assert all("AOF is off" in by_node[f"127.0.0.1:{n.port}"] for n in primaries[1:])

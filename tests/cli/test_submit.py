@@ -1,4 +1,4 @@
-"""ghostless submit TYPE --args JSON [--owner] [--idempotency-key] [--priority] [--delay]."""
+"""ghostless submit TYPE --args JSON [--owner] [--idempotency-key] [--priority] [--delay] [--expires-in]."""
 
 import json
 
@@ -21,6 +21,14 @@ def test_submit_json_prints_the_task_with_its_priority_and_delay(engine, cli):
     task = json.loads(result.stdout)
     assert (task["status"], task["priority"], task["owner"]) == ("PENDING", 5, "cli")
     assert engine.get(task["id"]).priority == 5
+
+
+def test_submit_with_expires_in_gives_the_task_an_expiry(engine, cli):
+    task = json.loads(cli("submit", "render", "--expires-in", "600", "--json").stdout)
+    assert task["expires_at"] == engine.get(task["id"]).expires_at
+    assert round(task["expires_at"] - task["created_at"], 3) == 600
+    one_line_error(cli("submit", "render", "--expires-in", "0"), 2, "expires_in")
+    assert "expires " in cli("show", task["id"]).stdout
 
 
 def test_submit_with_the_same_idempotency_key_returns_the_same_task(engine, cli):

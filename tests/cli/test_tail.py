@@ -101,3 +101,17 @@ def test_tail_process_prints_events_live_and_ctrl_c_ends_it_cleanly(engine):
         assert "Traceback" not in tail.output()
     finally:
         tail.stop()
+
+
+@pytest.mark.slow
+def test_tail_follows_queues_on_different_shards_of_a_cluster(redis_cluster):
+    # One XREAD over two queues' streams is refused on a cluster (CROSSSLOT): it polls there.
+    from ghostless import Engine
+    from tests.conftest import register_test_types
+
+    redis_cluster.flushall()
+    engine = register_test_types(Engine.from_url(redis_cluster.url, namespace="t", dispatcher=None))
+    events = tail_mod.Tail(engine, block_ms=200).events()
+    image, brief = engine.submit("render", {}, owner="alice"), engine.submit("brief", {}, owner="alice")
+    assert sorted(next(events)["task_id"] for _ in range(2)) == sorted([image.id, brief.id])
+    engine.redis.close()

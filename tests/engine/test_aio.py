@@ -202,11 +202,13 @@ def test_an_async_edit_and_retry_dispatch_the_task_they_reopen(engine):
 
 def test_each_async_call_runs_the_engines_own_body():
     """No second copy of the logic: both engines' methods wrap the one body (engine/core/steps.py)."""
+    import inspect
+
     from ghostless import Engine
 
     calls = ["submit", "get", "get_many", "history", "checkpoints", "list_tasks", "queues", "cancel", "edit"]
     for name in [*calls, "retry", "wait", "result"]:
-        assert getattr(AsyncEngine, name).__wrapped__ is getattr(Engine, name).__wrapped__, name
+        assert inspect.unwrap(getattr(AsyncEngine, name)) is inspect.unwrap(getattr(Engine, name)), name
         assert getattr(AsyncEngine, name).__doc__ == getattr(Engine, name).__doc__
 
 

@@ -124,9 +124,11 @@ def test_from_url_shares_the_engine_it_is_given(redis_server):
     assert result == {"url": "cat"} and engine.get(task.id).status == State.SUCCESS
 
 
-def test_wait_replicas_is_refused_on_an_async_cluster_client_as_on_a_sync_one():
+def test_wait_replicas_is_refused_on_an_async_cluster_client_the_engine_accepts():
+    """The Engine waits on each slot owner's connection (cluster.run_then_wait); the AsyncEngine
+    cannot yet, so it refuses rather than count another shard's writes."""
     from ghostless import RedisSetupError
-    from ghostless.core.replication import Waiter
+    from ghostless.core.scripts import AsyncScripts
 
-    with pytest.raises(RedisSetupError, match="Redis Cluster"):
-        Waiter(connect_async("redis+cluster://127.0.0.1:1"), Config(wait_replicas=1))
+    with pytest.raises(RedisSetupError, match="AsyncEngine on Redis Cluster"):
+        AsyncScripts(connect_async("redis+cluster://127.0.0.1:1"), Config(wait_replicas=1))

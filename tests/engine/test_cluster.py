@@ -124,3 +124,14 @@ def test_the_start_up_check_looks_at_every_primary_and_names_the_one_that_may_ev
     finally:
         primary.client().config_set("maxmemory-policy", "noeviction")
         client.close()
+
+
+def test_the_start_up_persistence_note_names_every_primary(redis_cluster, caplog):
+    client = redis_cluster.client()
+    try:
+        with caplog.at_level("INFO", logger="ghostless"):
+            Engine(client, namespace="t", dispatcher=None)
+    finally:
+        client.close()
+    noted = {r.getMessage().split(": ", 1)[0] for r in caplog.records if "AOF" in r.getMessage()}
+    assert noted == {f"127.0.0.1:{n.port}" for n in redis_cluster.master_nodes()}

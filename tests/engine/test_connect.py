@@ -129,3 +129,12 @@ def test_through_sentinel_the_engine_carries_on_after_the_primary_is_killed(sent
     assert engine.complete(engine.claim(after.id, "w1"), {"ok": 1}) == State.SUCCESS
     assert engine.get(before.id).status == State.PENDING
     assert engine.check() == []
+
+
+def test_the_suite_never_falls_back_to_the_machines_shared_redis(monkeypatch):
+    """tests/conftest.py points the default URL at a closed port for every test in this process."""
+    from ghostless.core.connect import connect
+
+    monkeypatch.delenv("GHOSTLESS_REDIS_URL", raising=False)
+    kwargs = connect().connection_pool.connection_kwargs
+    assert (kwargs["host"], kwargs["port"]) == ("127.0.0.1", 1)

@@ -2,8 +2,10 @@
 
 Every script that writes is followed by WAIT on the connection that ran it; with fewer than N
 replicas acknowledging within ``wait_timeout`` the call raises ReplicationTimeout (the write
-stands on the primary). Run against a real primary and replica (two private redis-servers);
-fakeredis has no WAIT, so the engine refuses ``wait_replicas > 0`` on it.
+stands on the primary). Run against a real primary and replica (two private redis-servers) and a
+real Redis Cluster (3 masters + 3 replicas: the replica of the shard that took the write);
+fakeredis has no WAIT, so the engine refuses ``wait_replicas > 0`` on it. What only a cluster has
+is in tests/engine/test_durable_cluster.py.
 """
 
 from __future__ import annotations
@@ -12,12 +14,10 @@ import time
 
 import fakeredis
 import pytest
-from redis.cluster import RedisCluster
 
 from ghostless import Config, Engine, RedisSetupError, ReplicationTimeout, State
-from ghostless.core.replication import Waiter
 from tests.conftest import register_test_types
-from tests.support.replicas import replicated_pair, stopped
+from tests.support.replicas import OnCluster, Standalone, stopped
 from tests.support.wait import wait_for_server_time, wait_until
 
 TIMEOUT = 0.3  # wait_timeout where the replica is stopped (s)
@@ -52,31 +52,30 @@ def test_fakeredis_cannot_wait_so_the_engine_refuses_wait_replicas():
     Engine(fakeredis.FakeRedis(), config=Config(wait_replicas=0), dispatcher=None)  # the default: fine
 
 
-def test_a_cluster_client_is_refused_for_now():
-    """WAIT must run on the connection that ran the script; a cluster client routes it anywhere."""
-    with pytest.raises(RedisSetupError, match="Redis Cluster"):
-        Waiter(RedisCluster.__new__(RedisCluster), Config(wait_replicas=1))
+@pytest.fixture(params=["real", "cluster"])
+def setup(request, private_redis):
+    """A primary with a replica in sync, or the session's Redis Cluster (emptied)."""
+    if request.param == "real":
+        return Standalone.make(private_redis)
+    return OnCluster.make(request.getfixturevalue("redis_cluster"))
 
 
-@pytest.fixture
-def pair(private_redis):
-    """(primary, replica) servers, the replica in sync."""
-    return replicated_pair(private_redis)
+@pytest.fixture(params=["real", "cluster"])
+def breakable(request, private_redis):
+    """``setup`` for tests that stop a replica: on a cluster, one of the test's own."""
+    if request.param == "real":
+        return Standalone.make(private_redis)
+    return OnCluster.make(request.getfixturevalue("private_cluster"))
 
 
-def durable(primary, replicas: int = 1, timeout: float = PATIENT) -> Engine:
+def durable(setup, replicas: int = 1, timeout: float = PATIENT) -> Engine:
     config = Config(wait_replicas=replicas, wait_timeout=timeout)
-    return register_test_types(Engine(primary.client(), namespace="t", config=config, dispatcher=None))
+    return register_test_types(Engine(setup.client(), namespace="t", config=config, dispatcher=None))
 
 
-def waits(client) -> int:
-    """WAIT commands the server has run."""
-    return int(client.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
-
-
-def test_each_write_returns_once_the_replica_has_it_and_reads_never_wait(pair):
-    primary, replica = pair
-    engine, rp, rr = durable(primary), primary.client(), replica.client()
+def test_each_write_returns_once_the_replica_has_it_and_reads_never_wait(setup):
+    engine = durable(setup)
+    rr = setup.replica_reader(engine.keys.queue_key("default", "index"))
     seen_on_replica = lambda tid: rr.hget(engine.keys.task(tid).task, "status").decode()  # noqa: E731
 
     task = engine.submit("render", {"prompt": "p"}, owner="alice")
@@ -90,18 +89,17 @@ def test_each_write_returns_once_the_replica_has_it_and_reads_never_wait(pair):
     assert seen_on_replica(task.id) == "SUCCESS"
     assert rr.get(engine.keys.task(task.id).result) == b'{"ok":1}'
 
-    before = waits(rp)
+    before = setup.waits()
     assert engine.get(task.id).status == State.SUCCESS
     engine.sweep()  # nothing due: the due script only reads
-    assert waits(rp) == before, "a read-only call sent WAIT"
+    assert setup.waits() == before, "a read-only call sent WAIT"
 
 
-def test_a_write_the_replica_does_not_acknowledge_raises_after_wait_timeout(pair):
-    primary, replica = pair
-    patient, engine = durable(primary), durable(primary, timeout=TIMEOUT)
+def test_a_write_the_replica_does_not_acknowledge_raises_after_wait_timeout(breakable):
+    patient, engine = durable(breakable), durable(breakable, timeout=TIMEOUT)
     task = patient.submit("render", {"prompt": "p"}, owner="alice")
     lease = patient.claim(task.id, "w1")
-    with stopped(replica):
+    with stopped(breakable.replica_for(engine.keys.task(task.id).task)):
         start = time.monotonic()
         with pytest.raises(ReplicationTimeout) as err:
             engine.complete(lease, {"ok": 1})
@@ -115,47 +113,86 @@ def test_a_write_the_replica_does_not_acknowledge_raises_after_wait_timeout(pair
     assert e.reply[1] == "SUCCESS"
 
 
-def test_a_claim_that_times_out_carries_its_lease_reply_and_the_replica_catches_up(pair):
-    primary, replica = pair
-    engine = durable(primary, timeout=TIMEOUT)
-    task = durable(primary).submit("render", {"prompt": "p"}, owner="alice")
-    with stopped(replica), pytest.raises(ReplicationTimeout) as err:
+def test_a_claim_that_times_out_carries_its_lease_reply_and_the_replica_catches_up(breakable):
+    engine = durable(breakable, timeout=TIMEOUT)
+    task = durable(breakable).submit("render", {"prompt": "p"}, owner="alice")
+    key = engine.keys.task(task.id).task
+    with stopped(breakable.replica_for(key)), pytest.raises(ReplicationTimeout) as err:
         engine.claim(task.id, "w1")
     assert err.value.verb == "claim" and int(err.value.reply[1]) == 1  # the token it took
-    rr = replica.client()
+    rr = breakable.replica_reader(key)
     wait_until(lambda: rr.hget(engine.keys.task(task.id).task, "status") == b"PROCESSING", what="replica caught up")
 
 
-def test_more_replicas_than_there_are_times_out_with_the_count_that_acked(pair):
-    primary, _ = pair
-    engine = durable(primary, replicas=2, timeout=2.0)  # waits it all out: long enough for the one to ack
+def test_more_replicas_than_there_are_times_out_with_the_count_that_acked(setup):
+    engine = durable(setup, replicas=2, timeout=2.0)  # waits it all out: long enough for the one to ack
     with pytest.raises(ReplicationTimeout) as err:
         engine.submit("render", {"prompt": "p"}, owner="alice")
     assert (err.value.verb, err.value.acked, err.value.wanted) == ("submit", 1, 2)
 
 
-def test_a_sweeper_batch_ends_with_one_wait(pair):
-    primary, replica = pair
-    engine, rp = durable(primary), primary.client()
+def test_a_sweeper_batch_ends_with_one_wait(breakable):
+    """One queue: one shard on a cluster, so one WAIT there too."""
+    engine, rp = durable(breakable), breakable.client()
     leases = [engine.claim(engine.submit("quick", {}, owner="alice").id, "w1") for _ in range(3)]
     wait_for_server_time(rp, max(engine.get(lease.task_id).lease_deadline for lease in leases) * 1000)
-    before = waits(rp)
+    before = breakable.waits()
     report = engine.sweep()
     assert report.expired == 3
     # one WAIT for the pipeline of three expires (and one per other write the sweep made)
-    assert 1 <= waits(rp) - before < 3
+    assert 1 <= breakable.waits() - before < 3
     plain = register_test_types(Engine(rp, namespace="t", dispatcher=None))  # sets up without waiting
-    with stopped(replica):
+    with stopped(breakable.replica_for(engine.keys.queue_key("default", "index"))):
         more = [plain.claim(plain.submit("quick", {}, owner="alice").id, "w1") for _ in range(2)]
         wait_for_server_time(rp, max(engine.get(lease.task_id).lease_deadline for lease in more) * 1000)
         with pytest.raises(ReplicationTimeout, match="pipeline of 2 scripts"):
-            durable(primary, timeout=TIMEOUT).sweep()
+            durable(breakable, timeout=TIMEOUT).sweep()
 
 
-def test_a_flushed_script_cache_is_reloaded_and_the_write_still_waits(pair):
-    primary, replica = pair
-    engine, rp = durable(primary), primary.client()
-    rp.script_flush()  # as after a restart: EVALSHA answers NOSCRIPT, the script did not run
+def test_a_flushed_script_cache_is_reloaded_and_the_write_still_waits(setup):
+    engine = durable(setup)
+    key = engine.keys.queue_key("default", "index")
+    setup.primary_for(key).client().script_flush()  # as after a restart: EVALSHA answers NOSCRIPT
     task = engine.submit("render", {"prompt": "p"}, owner="alice")
-    assert replica.client().hget(engine.keys.task(task.id).task, "status") == b"PENDING"
+    assert setup.replica_reader(key).hget(engine.keys.task(task.id).task, "status") == b"PENDING"
     assert engine.get(task.id).attempt == 0 and len(engine.history(task.id)) == 1  # ran once
+
+
+def acked_all(primary) -> None:
+    """Until the primary's replica has acknowledged every write made so far (it acks each second)."""
+    offset = primary.info("replication")["master_repl_offset"]
+    wait_until(lambda: primary.info("replication")["slave0"]["offset"] >= offset, what="the replica's ack")
+
+
+def test_a_replayed_submit_waits_for_the_write_it_replays(breakable):
+    """A resent submit (its idempotency key: the first try raised ReplicationTimeout) writes nothing
+    new, from another connection whose own last write the replica has. WAIT counts what its own
+    connection wrote; the replay must still not be acknowledged while the replica lacks the task
+    (Redis 7 counts the script call itself: EVALSHA moves the connection's offset to the current one)."""
+    engine, other = durable(breakable, timeout=TIMEOUT), durable(breakable, timeout=TIMEOUT)
+    other.submit("render", {"prompt": "before"}, owner="bob")  # another process, whose last write ...
+    key = engine.keys.queue_key("default", "index")
+    acked_all(breakable.primary_for(key).client())  # ... the replica has acknowledged
+    with stopped(breakable.replica_for(key)):
+        with pytest.raises(ReplicationTimeout):
+            engine.submit("render", {"prompt": "p"}, owner="alice", idempotency_key="k1")
+        with pytest.raises(ReplicationTimeout) as err:  # resent by another process (or thread)
+            other.submit("render", {"prompt": "p"}, owner="alice", idempotency_key="k1")
+        assert err.value.acked == 0
+    replayed = durable(breakable).submit("render", {"prompt": "p"}, owner="alice", idempotency_key="k1")
+    assert replayed.replayed
+    rr = breakable.replica_reader(key)
+    assert rr.hget(engine.keys.task(replayed.id).task, "status") == b"PENDING"  # on the replica now
+
+
+def test_a_heartbeat_waits_out_its_wait_timeout_even_when_it_exceeds_a_third_of_the_lease(breakable):
+    """A heartbeat's socket timeout is a third of its lease; with a longer wait_timeout the WAIT
+    itself was cut off as a socket timeout (a failed heartbeat) instead of answering
+    ReplicationTimeout (the renewal happened on the primary)."""
+    patient, engine = durable(breakable), durable(breakable, timeout=TIMEOUT)
+    for e in (patient, engine):
+        e.task(name="brief-lease", queue="default", lease=0.6)(lambda ctx: None)  # a third: 0.2 s < 0.3 s
+    lease = patient.claim(patient.submit("brief-lease", {}, owner="alice").id, "w1")
+    with stopped(breakable.replica_for(engine.keys.task(lease.task_id).task)), pytest.raises(ReplicationTimeout) as err:
+        engine.heartbeat(lease)
+    assert (err.value.verb, err.value.acked) == ("heartbeat", 0)

@@ -35,7 +35,7 @@ def split(name: str) -> tuple[dict[str, str], str]:
         if text.startswith("   ") and current:  # a continuation line
             fields[current] += " " + text.strip()
             continue
-        m = re.match(r" (From|To|Then|Returns):\s*(.*)$", text)
+        m = re.match(r" (From|To|Then|Instead|Returns):\s*(.*)$", text)
         current = m.group(1) if m else f"line{i}"
         fields[current] = m.group(2) if m else text.strip()
     return fields, "\n".join(lines)
@@ -138,6 +138,19 @@ def test_a_script_chains_into_another_verb_only_as_its_header_says_and_the_table
     assert chained == named
     for verb in chained:  # the chained verb starts from a state this script ends in
         assert TRANSITIONS[verb].sources & states(fields["To"])
+
+
+# lib/record.lua helpers that record another verb's transition in place of the script's own, and that verb.
+INSTEAD = {"lapse_now": "lapse"}
+
+
+@pytest.mark.parametrize("name", LUA_FILES)
+def test_a_script_records_another_verb_instead_of_its_own_only_as_its_header_says_and_the_table_allows(name):
+    fields, body = split(name)
+    instead = {verb for helper, verb in INSTEAD.items() if re.search(rf"\b{helper}\(", body)} - {name}
+    assert instead == set(re.findall(r"^(\w+)", fields.get("Instead", "")))
+    for verb in instead:  # from any state the script starts from, that verb is legal
+        assert states(fields["From"]) <= TRANSITIONS[verb].sources
 
 
 @pytest.mark.parametrize("name", LUA_FILES)

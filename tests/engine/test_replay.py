@@ -136,6 +136,12 @@ def case_overdue(engine):
     return Case(engine, engine.sweep, again=Code.NOT_DUE)
 
 
+def case_lapse(engine):
+    task = engine.submit("render", {}, owner="alice", expires_in=0.01)
+    wait_for_server_time(engine.redis, int(raw_task(engine, task.id)["expires_at"]))
+    return Case(engine, engine.sweep, again=Code.NOT_DUE)
+
+
 def case_resolve(engine):
     parent = engine.submit("render", {}, owner="alice")
     child = engine.submit("render", {}, owner="alice", depends_on=[parent.id])

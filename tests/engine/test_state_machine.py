@@ -7,6 +7,17 @@ fail, release, cancel, edit, retry, dispatch, sweep and time passing, on short l
 and retry promotion really happen. Each example runs with no executor (tasks wait in PENDING) or
 with an in-memory one (the engine dispatches at once: QUEUED).
 
+Rate limits and expiry are in the model too. One type calls an upstream with a rate limit of 2
+starts per 200 ms: its claims start an attempt or are refused (nothing changed) and parked
+(RETRY_WAITING, no attempt consumed) — refused only when the window was full or another task was
+in line, and no 200 ms window ever holds more than 2 of its starts (checked after every step on
+the start times the claims recorded, Redis time). Submits may carry an expiry (``expires_in``): a
+task never started that is past it ends CANCELLED, reason expired, by the sweep (it must, once the
+server clock is past it when the sweep begins) or by a claim, which then starts nothing; a claim
+before it starts the task as usual, and a started task never expires. Whether a claim or a sweep
+falls before or after an expiry depends on the clock, so either outcome is accepted in the
+milliseconds around it, and the lapse must be recorded at or after the expiry.
+
 A small pure-Python model of each task (status, attempt, current fencing token and dispatch,
 owner, superseded links, the last ending call of a lease holder) predicts every deterministic
 outcome exactly: the new state of a legal call; IllegalTransition, LeaseLost, TaskCancelled,
@@ -55,8 +66,11 @@ from ghostless import (
     LeaseLost,
     Quota,
     QuotaExceeded,
+    Rate,
+    RateLimited,
     State,
     TaskCancelled,
+    TaskExpired,
     TaskNotFound,
     WrongDispatch,
 )
@@ -71,8 +85,9 @@ DATABASE = DirectoryBasedExampleDatabase(str(ROOT / ".hypothesis" / "examples"))
 P, Q, R, W = State.PENDING, State.QUEUED, State.PROCESSING, State.RETRY_WAITING
 S, F, T, C = State.SUCCESS, State.FAILED, State.TIMEOUT, State.CANCELLED
 
-# Two task types on two queues, with short leases, stage deadlines and backoffs (seconds).
-# Each declares one stage with a deadline and one without.
+# Three task types on two queues, with short leases, stage deadlines and backoffs (seconds).
+# Each declares one stage with a deadline and one without. "limited" calls an upstream whose rate
+# limit lets LIMIT.limit attempts start in any LIMIT.period.
 TYPES = {
     "quick": dict(
         queue="fastq",
@@ -92,7 +107,21 @@ TYPES = {
         stages={"upload": 0.05, "wait": 0},
         permanent_errors=(),
     ),
+    "limited": dict(
+        queue="fastq",
+        lease=0.15,
+        timeout=30.0,
+        max_attempts=2,
+        backoff=Backoff.fixed([0.03]),
+        stages={"paint": 0.04, "dry": 0},
+        permanent_errors=(),
+        upstream="lim",
+        breaker=False,
+        rate=Rate(2, 0.2),
+    ),
 }
+LIMIT = TYPES["limited"]["rate"]
+EXPIRES = st.sampled_from([None, None, 0.05, 0.3])  # submit's expires_in
 QUEUES = sorted({t["queue"] for t in TYPES.values()})
 OWNERS = st.sampled_from(["alice", "bob"])
 WORKERS = st.sampled_from(["w1", "w2"])
@@ -148,6 +177,7 @@ class Model:
     seen: int = 0  # history entries checked so far
     last: tuple = ("", "", 0)  # (to, verb, at) of the last transition in its history
     args_bytes: int = 0  # its args' JSON size: counted against its owner while it is unfinished
+    expires_at: int | None = None  # its expiry (ms, server time) while it has never started
 
     @property
     def queue(self) -> str:
@@ -172,6 +202,8 @@ class TaskMachine(RuleBasedStateMachine):
         self.ids = [new_task_id("fastq")]  # every task id, first a well-formed id of no task
         self.leases: list[tuple[Lease, str]] = []  # every (lease, claim id) taken; most become stale
         self.idem: dict[tuple, tuple] = {}  # (queue, owner, key) -> (task id, type, args)
+        self.starts: list[int] = []  # every start of an attempt of the rate-limited upstream (ms)
+        self.line: set[str] = set()  # tasks parked by the limit and not claimed since (a superset of its line)
 
     @property
     def waiting(self) -> State:
@@ -272,9 +304,11 @@ class TaskMachine(RuleBasedStateMachine):
         err = self._refused(lease.task_id, exc, call, stale_queue=m.queue)
         assert err.state == m.status.value and err.token == lease.token
 
-    def _new_task(self, task, supersedes: str = "") -> None:
+    def _new_task(self, task, supersedes: str = "", expires_at: int | None = None) -> None:
         assert task.id not in self.model, "a new task reused an existing id"
         assert (task.status, task.attempt, task.token, task.supersedes) == (self.waiting, 0, 0, supersedes)
+        if supersedes:  # an edit keeps the request's expiry, if it had not started
+            assert (round(task.expires_at * 1000) if task.expires_at else None) == expires_at, task.id
         m = self.model[task.id] = Model(
             id=task.id,
             type=task.type,
@@ -283,6 +317,7 @@ class TaskMachine(RuleBasedStateMachine):
             supersedes=supersedes,
             status=self.waiting,
             args_bytes=args_size(task.args),
+            expires_at=round(task.expires_at * 1000) if task.expires_at else None,
         )
         self.ids.append(task.id)
         if self.dispatcher:
@@ -330,10 +365,11 @@ class TaskMachine(RuleBasedStateMachine):
         n=st.integers(0, 1),
         key=st.none() | st.sampled_from(["k1", "k2"]),
         priority=st.integers(-2, 2),
+        expires=EXPIRES,
     )
-    def submit(self, type_, owner, n, key, priority):
+    def submit(self, type_, owner, n, key, priority, expires):
         type(self).steps += 1
-        self._submit(type_, owner, {"n": n}, key, priority)
+        self._submit(type_, owner, {"n": n}, key, priority, expires)
 
     @rule(index=INDEX)
     def replay_submit(self, index):
@@ -344,10 +380,12 @@ class TaskMachine(RuleBasedStateMachine):
             task_id, type_, args = self.idem[(queue, owner, key)]
             self._submit(type_, owner, args, key, self.model[task_id].priority)
 
-    def _submit(self, type_, owner, args, key, priority) -> None:
+    def _submit(self, type_, owner, args, key, priority, expires=None) -> None:
         queue = TYPES[type_]["queue"]
         known = self.idem.get((queue, owner, key)) if key is not None else None
-        call = lambda: self.engine.submit(type_, args, owner=owner, idempotency_key=key, priority=priority)  # noqa: E731
+        call = lambda: self.engine.submit(  # noqa: E731
+            type_, args, owner=owner, idempotency_key=key, priority=priority, expires_in=expires
+        )
         if known is None:
             task = call()
             assert (task.owner, task.type, task.args, task.priority) == (owner, type_, args, priority)
@@ -420,7 +458,7 @@ class TaskMachine(RuleBasedStateMachine):
             assert (new.owner, new.type, new.args, new.priority) == (m.owner, m.type, args, m.priority)
             self._move(m, C)
             m.superseded_by = new.id
-            self._new_task(new, supersedes=task_id)
+            self._new_task(new, supersedes=task_id, expires_at=m.expires_at)
 
     @rule(index=INDEX, by=OWNERS, admin=st.booleans())
     def retry(self, index, by, admin):
@@ -473,6 +511,26 @@ class TaskMachine(RuleBasedStateMachine):
             task_id = waiting[index % len(waiting)]
             self._claim(task_id, f"w{index % 2 + 1}", dispatch_id=self.model[task_id].dispatch_id)
 
+    @rule(index=INDEX, late=st.booleans())
+    def claim_expiring(self, index, late):
+        """Claim a task that has an expiry, as it comes or (late) once it has passed: a claim after
+        the expiry cancels the task instead of starting it."""
+        type(self).steps += 1
+        expiring = sorted(m.id for m in self.model.values() if m.status in (P, Q) and m.expires_at is not None)
+        if expiring:
+            m = self.model[expiring[index % len(expiring)]]
+            if late:
+                wait_for_server_time(self.redis, m.expires_at, timeout=5)
+            self._claim(m.id, "w1", dispatch_id=m.dispatch_id)
+
+    @rule()
+    def claim_every_limited(self):
+        """Claim every waiting task of the rate-limited type at once, as busy workers would: the
+        limit lets some start and parks the others."""
+        type(self).steps += 1
+        for task_id in sorted(m.id for m in self.model.values() if m.status in (P, Q) and m.type == "limited"):
+            self._claim(task_id, "w2", dispatch_id=self.model[task_id].dispatch_id)
+
     @rule(index=INDEX, worker=WORKERS)
     def deliver(self, index, worker):
         """An executor job runs: it claims with its dispatch id (a job of an old dispatch is refused)."""
@@ -505,23 +563,88 @@ class TaskMachine(RuleBasedStateMachine):
             self._refused(task_id, TaskNotFound, call)
         elif m.status not in (P, Q):
             assert self._refused(task_id, IllegalTransition, call).state == m.status.value
+        elif m.expires_at is not None and m.expires_at <= server_ms(self.redis):
+            self._expired_at_claim(m, call)  # before anything else: even a stale delivery
+        elif m.expires_at is not None:
+            self._claim_before_expiry(m, call, dispatch_id, claim_id, worker)
         elif dispatch_id and dispatch_id != m.dispatch_id:
             assert self._refused(task_id, WrongDispatch, call).dispatch_id == dispatch_id
+        elif m.type == "limited":
+            self._limited_claim(m, call, claim_id, worker)
         else:
+            self._claimed(m, call(), claim_id, worker)
+
+    def _claim_before_expiry(self, m: Model, call, dispatch_id: str, claim_id: str, worker: str) -> None:
+        """A claim as the expiry comes: if it finds the task expired it cancels it, else as usual."""
+        try:
+            if dispatch_id and dispatch_id != m.dispatch_id:
+                assert self._refused(m.id, WrongDispatch, call).dispatch_id == dispatch_id
+            elif m.type == "limited":
+                self._limited_claim(m, call, claim_id, worker)
+            else:
+                self._claimed(m, call(), claim_id, worker)
+        except TaskExpired:  # raised by the call, before any of the model's checks
+            self._lapsed(m, "claim")
+
+    def _expired_at_claim(self, m: Model, call) -> None:
+        with pytest.raises(TaskExpired):
+            call()
+        self._lapsed(m, "claim")
+
+    def _lapsed(self, m: Model, by: str) -> None:
+        """The task ended CANCELLED, reason expired, at or after its expiry, never having started."""
+        got = self.engine.get(m.id)
+        assert (got.status, got.reason, got.error_kind, got.attempt) == (C, "expired", "expired", m.attempt), by
+        assert m.expires_at is not None, f"{m.id}: a task without an expiry (or started) lapsed"
+        last = self._history(m.id)[-1]
+        assert (last["verb"], last["from"], last["to"]) == ("lapse", m.status.value, "CANCELLED"), last
+        assert int(last["at"]) >= m.expires_at, f"{m.id}: lapsed {m.expires_at - int(last['at'])} ms early"
+        self._move(m, C)
+
+    def _limited_claim(self, m: Model, call, claim_id: str, worker: str) -> None:
+        """A claim of the rate-limited type: it starts, or (nothing changed) the worker parks it.
+        Refused only when the window was full or another task was in line; allowed otherwise."""
+        before, t0 = self._snapshot(m.id), server_ms(self.redis)
+        busy = lease = None
+        try:
             lease = call()
-            assert all(lease.token > old for old in m.tokens), f"fencing token {lease.token} after {m.tokens}"
-            assert (lease.attempt, lease.max_attempts, lease.type, lease.worker) == (
-                m.attempt + 1,
-                m.max_attempts,
-                m.type,
-                worker,
-            )
-            assert lease.lease == TYPES[m.type]["lease"]
-            self._move(m, R)
-            m.attempt, m.token, m.lease, m.stage, m.ended = lease.attempt, lease.token, lease, "", None
-            m.tokens.append(lease.token)
-            m.claim_id, m.dispatch_id = claim_id, ""
-            self.leases.append((lease, claim_id))
+        except RateLimited as e:
+            busy = e
+        t1 = server_ms(self.redis)
+        if busy is not None:
+            assert self._snapshot(m.id) == before, "a refused claim changed the task"
+            in_window = sum(1 for s in self.starts if s > t0 - ms(LIMIT.period))
+            assert in_window >= LIMIT.limit or self.line - {m.id}, f"refused with {in_window} starts, none in line"
+            assert (busy.upstream, busy.kind) == ("lim", "rate_limited") and busy.wait > 0
+            assert self.engine.park(m.id, busy.wait, busy.upstream, busy.kind) == W
+            got = self.engine.get(m.id)
+            assert (got.attempt, got.reason) == (m.attempt, "rate_limited: lim")  # the park consumed no attempt
+            assert ms(got.next_retry_at) >= t1 - 50 or self.line
+            self._move(m, W)
+            m.dispatch_id = ""
+            self.line.add(m.id)
+            return
+        assert lease is not None
+        self._claimed(m, lease, claim_id, worker)
+        start = ms(self.engine.get(m.id).started_at)
+        assert t0 <= start <= t1
+        self.starts.append(start)
+        self.line.discard(m.id)
+
+    def _claimed(self, m: Model, lease: Lease, claim_id: str, worker: str) -> None:
+        assert all(lease.token > old for old in m.tokens), f"fencing token {lease.token} after {m.tokens}"
+        assert (lease.attempt, lease.max_attempts, lease.type, lease.worker) == (
+            m.attempt + 1,
+            m.max_attempts,
+            m.type,
+            worker,
+        )
+        assert lease.lease == TYPES[m.type]["lease"]
+        self._move(m, R)
+        m.attempt, m.token, m.lease, m.stage, m.ended = lease.attempt, lease.token, lease, "", None
+        m.tokens.append(lease.token)
+        m.claim_id, m.dispatch_id, m.expires_at = claim_id, "", None  # started: it never expires
+        self.leases.append((lease, claim_id))
 
     @rule(index=INDEX, held=HELD)
     def heartbeat(self, index, held):
@@ -674,12 +797,20 @@ class TaskMachine(RuleBasedStateMachine):
         self._sweep(1)
 
     def _sweep(self, batch: int) -> None:
+        t0 = server_ms(self.redis)
         report = self.engine.sweep(batch)
-        expired = timed_out = promoted = 0
-        for m in self.model.values():
-            if m.status not in (R, W):
+        expired = timed_out = promoted = lapsed = 0
+        for m in list(self.model.values()):
+            if m.status.terminal:
                 continue  # the invariant checks that nothing else moved
             got = self.engine.get(m.id)
+            if m.expires_at is not None and got.status == C:  # never started, past its expiry
+                self._lapsed(m, "sweeper")
+                lapsed += 1
+                continue
+            assert m.expires_at is None or m.expires_at > t0, f"{m.id}: past its expiry, the sweep left it"
+            if m.status not in (R, W):
+                continue
             if got.status == m.status:
                 assert not m.due, f"{m.id} was due in {m.status} but the sweep left it"
                 continue
@@ -701,7 +832,12 @@ class TaskMachine(RuleBasedStateMachine):
                 self._back_to_waiting(m)
             else:
                 self._move(m, got.status)
-        assert (report.expired, report.timed_out, report.promoted) == (expired, timed_out, promoted), report
+        assert (report.expired, report.timed_out, report.promoted, report.lapsed) == (
+            expired,
+            timed_out,
+            promoted,
+            lapsed,
+        ), report
         assert (report.dispatched, report.refreshed, report.purged) == (promoted if self.dispatcher else 0, 0, 0), (
             report
         )
@@ -762,20 +898,30 @@ class TaskMachine(RuleBasedStateMachine):
 
     def _time_passes(self, which: int | None) -> None:
         now = server_ms(self.redis)
-        deadlines = {}
+        deadlines, expiries = {}, {}
         for m in self.model.values():
+            if m.expires_at is not None and not m.status.terminal:
+                assert m.expires_at <= now + 300, f"{m.id}: expiry {m.expires_at - now} ms away"
+                expiries[m.id] = m.expires_at  # not "due": a sweep checks expiries by the clock
             if m.status not in (R, W):
                 continue
             got = self.engine.get(m.id)
             at = got.lease_deadline if m.status == R else got.next_retry_at
             assert at is not None, f"{m.id} in {m.status} has no deadline"
             limit = ms(TYPES[m.type]["lease"] if m.status == R else 0.1)
+            if m.status == W and m.id in self.line:  # parked until its start slot: up to a period per limit ahead
+                limit = ms(LIMIT.period) * (2 + len(self.line) // LIMIT.limit)
             assert ms(at) <= now + limit, f"{m.id}: deadline {ms(at) - now} ms away, more than {limit} ms"
             deadlines[m.id] = ms(at)
-        if not deadlines:
+        if not deadlines and not expiries:
             return
-        ids = sorted(deadlines)
-        until = max(deadlines.values()) if which is None else deadlines[ids[which % len(ids)]]
+        ids = sorted(deadlines.keys() | expiries.keys())
+        pick = ids[which % len(ids)] if which is not None else None
+        until = (
+            max([*deadlines.values(), *expiries.values()])
+            if pick is None
+            else deadlines.get(pick, expiries.get(pick, 0))
+        )
         wait_for_server_time(self.redis, until, timeout=5)
         for task_id, at in deadlines.items():
             if at <= until:
@@ -791,6 +937,9 @@ class TaskMachine(RuleBasedStateMachine):
     @invariant()
     def engine_agrees_with_model(self):
         assert self.engine.check() == []
+        period = ms(LIMIT.period)  # never more starts of the limited upstream in any window than its limit
+        busiest = max((sum(1 for u in self.starts if t <= u < t + period) for t in self.starts), default=0)
+        assert busiest <= LIMIT.limit, f"{busiest} starts within {period} ms: {sorted(self.starts)}"
         counts = {q: {s.value: 0 for s in State} for q in QUEUES}
         models = list(self.model.values())
         for m, got in zip(models, self.engine.get_many([m.id for m in models])):

@@ -6,7 +6,15 @@ import dataclasses
 
 import pytest
 
-from ghostless.core.streams import MAX_SEQ, parse_stream_id, read_stream, stream_event, stream_may_be_trimmed
+from ghostless.core.streams import (
+    MAX_SEQ,
+    follow_streams,
+    parse_stream_id,
+    read_stream,
+    stream_event,
+    stream_may_be_trimmed,
+)
+from ghostless.core.text import text
 
 
 def add(engine, queue: str, stream_id: str, **fields) -> None:
@@ -85,3 +93,26 @@ def test_a_stream_at_its_cap_may_have_lost_what_came_after_an_older_id(engine, m
     assert stream_may_be_trimmed(engine, "images", "4-9") is True
     assert stream_may_be_trimmed(engine, "images", "5-0") is False
     assert stream_may_be_trimmed(engine, "images", "junk") is True  # no position: assume the worst
+
+
+def test_follow_streams_returns_the_entries_after_each_position_of_queues_on_any_shard(engine):
+    add(engine, "images", "5-1")
+    add(engine, "images", "5-2")
+    add(engine, "other", "7-0")
+    streams = {engine.keys.queue_key("images", "events"): "5-1", engine.keys.queue_key("other", "events"): "0-0"}
+    moved = []
+    parser = getattr(engine.redis, "commands_parser", None)
+    if parser is not None:  # a cluster client: it must not ask a node for the keys of each read
+        real = parser._get_moveable_keys
+        parser._get_moveable_keys = lambda *a: moved.append(a) or real(*a)
+    try:
+        got = dict(follow_streams(engine.redis, streams, count=10, block_ms=100))
+    finally:
+        if parser is not None:
+            del parser._get_moveable_keys
+    assert {k: [text(sid) for sid, _ in rows] for k, rows in got.items()} == {
+        engine.keys.queue_key("images", "events"): ["5-2"],
+        engine.keys.queue_key("other", "events"): ["7-0"],
+    }
+    assert moved == []
+    assert list(follow_streams(engine.redis, dict.fromkeys(streams, "9-0"), count=10, block_ms=50)) == []

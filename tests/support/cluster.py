@@ -164,6 +164,14 @@ class Cluster:
                     return node
         raise RuntimeError(f"no live master serves slot {slot}")
 
+    def replica_of(self, master: ClusterNodeServer) -> ClusterNodeServer:
+        """A live replica of ``master`` (linked to it)."""
+        for node in self.replica_nodes():
+            info = node.client(socket_timeout=1).info("replication")
+            if int(info.get("master_port", 0)) == master.port and info.get("master_link_status") == "up":
+                return node
+        raise RuntimeError(f"no live replica linked to {master.port}")
+
     def _covered(self) -> bool:
         """Every one of the 16384 slots is served by a live master, as every live node sees it."""
         alive_ports = {n.port for n in self.alive()}
@@ -211,6 +219,14 @@ class Cluster:
         node.kill()
         node.start()
         self.wait_ok(timeout)
+
+    def promote(self, replica: ClusterNodeServer, timeout: float = 30.0) -> None:
+        """A manual failover (``CLUSTER FAILOVER`` on ``replica``): it takes its master's slots,
+        the master becomes its replica (and answers MOVED); returns once it is linked again."""
+        replica.client(socket_timeout=5).execute_command("CLUSTER FAILOVER")
+        _wait(lambda: replica.role() == "master", timeout, f"{replica.port} promoted")
+        self.wait_ok(timeout)
+        self.wait_replicas_synced(timeout)
 
     def wait_failover(self, killed: ClusterNodeServer, timeout: float = 30.0) -> ClusterNodeServer:
         """After ``kill(killed)`` of a master: wait until a replica took its slots; return it."""

@@ -13,6 +13,7 @@ TEST_CONFIG = {
     "GHOSTLESS_SSE_KEEPALIVE": 0.05,  # a streaming test's read never blocks longer than this
     "GHOSTLESS_BROKER_BLOCK_MS": 50,  # how soon the reader notices new queues and stops
     "GHOSTLESS_LONGPOLL_MAX": 5.0,
+    "GHOSTLESS_READY_SWEEPER_AGE": 0,  # no sweeper runs here: tests/web/test_ops_metrics.py turns it on
 }
 
 

@@ -48,6 +48,12 @@ def test_submit_creates_a_pending_task_owned_by_the_caller(client, auth, engine)
     assert engine.get(task["id"]).owner == "alice"
 
 
+def test_submit_with_expires_in_gives_the_task_an_expiry(client, auth, engine):
+    task = submit(client, auth["alice"], expires_in=600).get_json()["task"]
+    assert task["expires_at"] == pytest.approx(task["created_at"] + 600, abs=0.002)
+    assert engine.get(task["id"]).expires_at == task["expires_at"]
+
+
 def test_submit_with_a_used_idempotency_key_returns_the_same_task_with_200(client, auth):
     first = submit(client, auth["alice"], idempotency_key="req-42")
     again = submit(client, auth["alice"], idempotency_key="req-42")
@@ -80,6 +86,8 @@ def test_submit_with_a_used_key_and_other_args_is_a_409(client, auth):
         ({"type": "render", "args": {"x": float("inf")}}, "invalid"),
         ({"type": "render", "args": {}, "priority": "high"}, "invalid"),
         ({"type": "render", "args": {}, "delay": -1}, "invalid"),
+        ({"type": "render", "args": {}, "expires_in": 0}, "invalid"),
+        ({"type": "render", "args": {}, "expires_in": "soon"}, "invalid"),
         ({"type": "render", "args": {}, "idempotency_key": ""}, "invalid"),
         ({"type": "render", "args": {}, "colour": "red"}, "invalid"),
         ({"args": {}}, "invalid"),

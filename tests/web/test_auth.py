@@ -256,6 +256,14 @@ def test_without_a_secret_key_a_random_one_is_used_and_a_warning_logged(engine, 
     assert any("will not survive a restart" in m for m in caplog.messages)
 
 
+def test_a_session_is_checked_against_the_secret_keys_of_the_moment(app, browser):
+    assert browser.get("/api/me").status_code == 200
+    app.config["SECRET_KEY"] = "rotated"  # the cookie was signed with the old key
+    assert browser.get("/api/me").status_code == 401
+    app.config["SECRET_KEY_FALLBACKS"] = ["test-secret"]  # the old key still accepted
+    assert browser.get("/api/me").status_code == 200
+
+
 def test_the_secret_key_comes_from_the_environment(engine, monkeypatch):
     monkeypatch.setenv("GHOSTLESS_SECRET_KEY", "from-env")
     config = {k: v for k, v in TEST_CONFIG.items() if k != "SECRET_KEY"}

@@ -73,6 +73,55 @@ def test_a_full_buffer_drops_the_subscriber_which_then_drains_and_ends():
         sub.next(0)
 
 
+def test_a_waiting_subscriber_wakes_for_an_event_offered_from_another_thread():
+    import threading
+    import time
+
+    sub = Subscriber(limit=10)
+    got = []
+    taker = threading.Thread(target=lambda: got.append(sub.next(30)))
+    taker.start()
+    started = time.monotonic()
+    sub.offer({"n": 1})
+    taker.join(10)
+    assert got == [{"n": 1}] and time.monotonic() - started < 5
+
+
+def test_a_subscriber_waits_its_whole_timeout_even_after_a_wake_up_for_an_event_already_taken():
+    import time
+
+    sub = Subscriber(limit=10)
+    sub.offer({"n": 1})
+    sub.offer({"n": 2})  # two wake-ups, one left over once both are taken
+    assert [sub.next(0)["n"], sub.next(0)["n"]] == [1, 2]
+    started = time.monotonic()
+    assert sub.next(0.2) is None
+    assert time.monotonic() - started >= 0.2
+
+
+def test_ending_a_subscriber_wakes_its_waiting_stream_at_once():
+    import threading
+    import time
+
+    sub = Subscriber(limit=10)
+    sub.offer({"n": 1})
+    assert sub.next(0)["n"] == 1
+    outcome = []
+
+    def take():
+        try:
+            sub.next(30)
+        except Dropped:
+            outcome.append("ended")
+
+    taker = threading.Thread(target=take)
+    taker.start()
+    started = time.monotonic()
+    sub.end()
+    taker.join(10)
+    assert outcome == ["ended"] and time.monotonic() - started < 5
+
+
 def test_the_reader_outlives_a_long_outage_waiting_at_most_five_seconds(engine, monkeypatch):
     """Redis away for over a thousand reads in a row (~85 minutes at 5 s each): the pause stays
     at 5 s and the reader keeps trying (an unbounded 0.1 * 2 ** failures overflowed and killed it)."""

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from ghostless import Engine
 from ghostless.cli.root import main
+from ghostless.core.sweepers import record_tick
 from tests.apps import web as web_app
 from tests.conftest import register_test_types
 from tests.support.procs import ROOT, Proc
@@ -149,6 +150,8 @@ def test_web_serves_the_api_and_live_events_with_gunicorn(redis_server):
         wait_until(
             lambda: _get(base + "/healthz") == (200, {"status": "ok"}), timeout=20, what="gunicorn to serve /healthz"
         )
+        assert _get(base + "/readyz")[0] == 503  # no sweeper has ticked yet
+        record_tick(engine, "test-sweeper")
         assert _get(base + "/readyz")[0] == 200
         task = engine.submit("render", {"prompt": "p"}, owner="alice")
         headers = {"Authorization": f"Bearer {token}"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ghostless import Breaker, LeaseLost, State
+from ghostless import Breaker, LeaseLost, RateLimited, State
 from tests.support.wait import wait_for_server_time
 
 from .helpers import task_in
@@ -121,3 +121,25 @@ def test_draining_queues_are_flagged(client, engine, auth):
     m = scrape(client, auth["root"])
     assert value(m, "ghostless_queue_draining", queue="images") == 1
     assert value(m, "ghostless_queue_draining", queue="other") == 0
+
+
+def test_rate_limits_show_their_limit_starts_in_the_window_and_parked_tasks(client, engine, auth):
+    @engine.task(name="paint", queue="models", upstream="image-model", breaker=False, rate="2/min")
+    def paint(ctx):  # pragma: no cover - never run
+        return None
+
+    tasks = [engine.submit("paint", {}, owner="alice") for _ in range(3)]
+    for t in tasks[:2]:
+        engine.claim(t.id, "w1")
+    with pytest.raises(RateLimited) as refused:
+        engine.claim(tasks[2].id, "w1")
+    engine.park(tasks[2].id, refused.value.wait, refused.value.upstream, refused.value.kind)
+    m = scrape(client, auth["root"])
+    labels = {"queue": "models", "upstream": "image-model"}
+    assert value(m, "ghostless_rate_limit", **labels) == 2
+    assert value(m, "ghostless_rate_limit_window_seconds", **labels) == 60
+    assert value(m, "ghostless_rate_limit_used", **labels) == 2
+    assert value(m, "ghostless_rate_limit_available", **labels) == 0
+    assert value(m, "ghostless_rate_limit_waiting", **labels) == 1
+    assert value(m, "ghostless_rate_limit_parked_total", **labels) == 1
+    assert value(m, "ghostless_parked_total", queue="models") == 1

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from ghostless import State
+from ghostless import RateLimited, State
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import sibling
 from tests.support.wait import wait_for_server_time
@@ -85,6 +85,14 @@ def test_the_dashboard_shows_counts_per_state_and_queue(client, engine, auth, ca
     assert "<svg" in html and "boom" in html  # the chart, and a failure reason
     live = page(client, "/dashboard/live", auth[caller])
     assert 'data-total="SUCCESS">2<' in live and "<html" not in live
+
+
+def test_the_dashboard_shows_each_rate_limit_with_its_starts_in_the_window(client, engine, auth):
+    assert "No task type has a rate limit." in page(client, "/dashboard/live", auth["alice"])
+    engine.task(name="paint", queue="models", upstream="image-model", breaker=False, rate="20/s")(lambda ctx: None)
+    engine.claim(engine.submit("paint", {}, owner="alice").id, "w1")
+    live = page(client, "/dashboard/live", auth["alice"])
+    assert "Rate limits" in live and "image-model" in live and "20/s" in live and "1 of 20" in live
 
 
 def test_only_admins_get_the_admin_controls(client, engine, auth):
@@ -179,6 +187,21 @@ def test_a_retrying_task_says_which_attempt_comes_and_why(client, engine, auth):
     task = engine.submit("render", {}, owner="alice")
     engine.fail(engine.claim(task.id, "w1"), "upstream", "model API timed out")
     assert "Retrying (2 of 3) after: model API timed out" in text(page(client, f"/tasks/{task.id}", auth["alice"]))
+
+
+def test_a_task_parked_by_a_rate_limit_says_it_waits_for_its_turn_and_an_expired_one_says_so(client, engine, auth):
+    engine.task(name="paint", queue="models", upstream="image-model", breaker=False, rate="1/min")(lambda ctx: None)
+    engine.claim(engine.submit("paint", {}, owner="alice").id, "w1")
+    task = engine.submit("paint", {}, owner="alice", expires_in=0.5)
+    assert "unless it has started" in text(page(client, f"/tasks/{task.id}", auth["alice"]))
+    with pytest.raises(RateLimited) as busy:
+        engine.claim(task.id, "w1")
+    engine.park(task.id, busy.value.wait, busy.value.upstream, busy.value.kind)
+    shown = text(page(client, f"/tasks/{task.id}", auth["alice"]))
+    assert "Waiting for its turn at image-model (rate limit)" in shown and "starts in" in shown
+    wait_for_server_time(engine.redis, engine.get(task.id).expires_at * 1000)
+    engine.sweep()
+    assert "Expired: it did not start in time" in text(page(client, f"/tasks/{task.id}", auth["alice"]))
 
 
 def test_ended_tasks_say_how_and_offer_what_applies(client, engine, auth):

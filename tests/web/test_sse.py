@@ -149,7 +149,7 @@ def test_an_idle_stream_sends_keep_alive_comments(client, engine, auth):
 def test_a_stream_tells_the_browser_how_soon_to_reconnect(client, engine, auth):
     task = task_in(engine, State.PROCESSING)
     r = client.get(f"/api/tasks/{task.id}/events", headers=auth["alice"], buffered=False)
-    assert next(iter(r.response)).decode() == "retry: 2000\n\n"
+    assert next(iter(r.response)).decode().startswith("retry: 2000\n\n")  # before anything else
     assert r.headers["Cache-Control"] == "no-store" and r.headers["X-Accel-Buffering"] == "no"
     r.close()
 
@@ -269,7 +269,7 @@ def test_the_stream_generator_unsubscribes_when_closed_before_it_ends(app, engin
     task = task_in(engine, State.PROCESSING)
     broker = app.extensions["ghostless"].broker
     gen = task_stream(engine, broker, task.id, None, 0.05, 1000)
-    assert next(gen).startswith("retry:") and broker.subscribers() == 1
+    assert next(gen).startswith(b"retry:") and broker.subscribers() == 1
     gen.close()
     assert broker.subscribers() == 0
 
@@ -295,3 +295,57 @@ def test_a_stream_ends_cleanly_when_redis_fails_mid_stream(app, client, engine, 
     stream = open_sse(client, f"/api/tasks/{task.id}/events", headers={**auth["alice"], "Last-Event-ID": first})
     assert stream.rest() == [] and stream.ended and calls
     assert app.extensions["ghostless"].broker.subscribers() == 0
+
+
+def test_an_idle_stream_waits_a_few_plain_calls_below_the_server_reading_it(app, engine, auth):
+    """The server (gevent) keeps each waiting stream's stack for as long as it waits: the body is
+    the server's iterator itself, with no generators nested under it, and a few calls deep."""
+    import inspect
+    import sys
+    import threading
+
+    from werkzeug.test import EnvironBuilder
+
+    task = task_in(engine, State.PROCESSING)
+    environ = EnvironBuilder(path=f"/api/tasks/{task.id}/events", headers=auth["alice"]).get_environ()
+    body = app(environ, lambda status, headers, exc_info=None: None)
+    got = []
+
+    def server():  # what gunicorn does with the body
+        for chunk in body:
+            got.append(chunk)
+
+    reader = threading.Thread(target=server)
+    reader.start()
+    broker = app.extensions["ghostless"].broker
+    wait_until(lambda: b"event: snapshot" in b"".join(got), what="the snapshot")
+    frames = []
+
+    def waiting() -> bool:
+        frame, frames[:] = sys._current_frames().get(reader.ident), []
+        while frame is not None and frame.f_code is not server.__code__:
+            frames.append(frame)
+            frame = frame.f_back
+        return any(f.f_code.co_name in ("acquire", "next") for f in frames)
+
+    wait_until(waiting, what="the stream waiting for its next event")
+    ours = [f for f in frames if "ghostless" in f.f_code.co_filename or "/web/" in f.f_code.co_filename]
+    assert len(ours) <= 3, [f.f_code.co_name for f in frames]
+    assert not any(f.f_code.co_flags & inspect.CO_GENERATOR for f in frames), [f.f_code.co_name for f in frames]
+    engine.cancel(task.id, by="alice")
+    reader.join(10)
+    assert not reader.is_alive()  # the stream ended after the terminal event
+    body.close()
+    assert broker.subscribers() == 0
+
+
+def test_a_stream_body_dropped_without_being_closed_still_lets_go_of_its_subscriber(app, engine):
+    import gc
+
+    task = task_in(engine, State.PROCESSING)
+    broker = app.extensions["ghostless"].broker
+    body = task_stream(engine, broker, task.id, None, 0.05, 1000)
+    assert next(body).startswith(b"retry:") and broker.subscribers() == 1
+    del body
+    gc.collect()
+    assert broker.subscribers() == 0

@@ -82,6 +82,16 @@ def test_a_closed_stream_gives_its_slot_back(make_app, auth):
     again.close()
 
 
+def test_a_stream_closed_before_its_first_message_gives_back_its_slot_and_subscriber(make_app, engine, auth):
+    app = make_app(GHOSTLESS_STREAMS_PER_USER=1)
+    task = task_in(engine, State.PROCESSING)
+    response = app.test_client().get(f"/api/tasks/{task.id}/events", headers=auth["alice"], buffered=False)
+    assert response.status_code == 200 and held(app).count(STREAM) == 1
+    response.close()  # never read: the client left before the server wrote anything
+    assert held(app).count(STREAM) == 0 and app.extensions["ghostless"].broker.subscribers() == 0
+    assert app.extensions["ghostless"].guard.watching() == 0
+
+
 def test_a_stream_that_ended_by_itself_gives_its_slot_back(make_app, engine, auth):
     app = make_app(GHOSTLESS_STREAMS_PER_USER=1)
     task = task_in(engine, State.PROCESSING)

@@ -244,3 +244,30 @@ def test_standalone_redis_keeps_rq_s_own_names(redis_server):
     assert client.lrange(f"rq:queue:{NS}.{basic.QUEUE}", 0, -1) == [dispatch_id.encode()]
     assert client.exists(f"rq:job:{dispatch_id}")
     assert RQDispatcher(client, NS).job_exists(dispatch_id)
+
+
+def test_a_worker_cleans_up_the_job_of_a_worker_killed_mid_job_without_dying(engine):
+    """RQ's maintenance (StartedJobRegistry.cleanup) fails an abandoned job and asks a plain RQ
+    Queue to enqueue its dependents: a WATCH, then an SMEMBERS it reads at once. On a cluster
+    that read came back as the pipeline itself and every worker that ran the maintenance died
+    (``ValueError: Unknown type <class 'redis.cluster.ClusterPipeline'>``), again at each start."""
+    from rq.job import JobStatus
+    from rq.registry import FailedJobRegistry, StartedJobRegistry
+    from rq.serializers import JSONSerializer
+
+    from ghostless.execution.rq_cluster import ClusterJob
+
+    task = engine.submit("render", {"prompt": "cat"}, owner=OWNER)
+    dispatch_id = engine.redis.hget(engine.keys.task(task.id).task, "dispatch_id").decode()
+    worker = build_worker(engine, worker_class="simple")
+    name = rq_queue_name(NS, basic.QUEUE, tagged=True)
+    job = ClusterJob.fetch(f"{basic.QUEUE}-{dispatch_id}", connection=worker.connection, serializer=JSONSerializer)
+    job.set_status(JobStatus.STARTED)  # a worker took it, then was SIGKILLed: its wip entry lapsed
+    started = StartedJobRegistry(name, connection=worker.connection, job_class=ClusterJob, serializer=JSONSerializer)
+    engine.redis.zadd(started.key, {f"{job.id}:execution-1": 1})
+
+    worker.clean_registries()
+
+    assert engine.redis.zcard(started.key) == 0
+    failed = FailedJobRegistry(name, connection=worker.connection, job_class=ClusterJob, serializer=JSONSerializer)
+    assert job.id in failed.get_job_ids()
