@@ -25,6 +25,7 @@ BENCHES = [  # (script, what it measures)
     ("throughput.py", "no-op tasks through ghostless on RQ vs plain RQ jobs"),
     ("sse.py", "SSE broadcast latency, memory per subscriber, Redis connections vs flask-sse"),
     ("durable.py", "what wait_replicas=1 costs per lifecycle: a primary and its replica, WAIT vs no WAIT"),
+    ("aio.py", "AsyncEngine.submit and get beside the Engine's; the RQ dispatch in a worker thread"),
     ("watchers.py", "N task pages opened at once on the default `ghostless web`, then 1,000 progress events/s"),
     ("cluster.py", "6 queues on a 3-shard Redis Cluster vs one redis-server; a master SIGKILLed under load"),
 ]

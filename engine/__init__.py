@@ -1,5 +1,6 @@
 """ghostless: a Redis-native task queue and lease engine."""
 
+from ghostless.core.aio import AsyncEngine
 from ghostless.core.config import Config
 from ghostless.core.engine import Engine
 from ghostless.core.errors import (
@@ -43,6 +44,7 @@ import ghostless.periodic.schedules  # noqa: F401
 __all__ = [
     "TERMINAL",
     "TRANSITIONS",
+    "AsyncEngine",
     "Backoff",
     "BadArgs",
     "BadRate",

@@ -65,6 +65,16 @@ def test_the_watchers_benchmark_runs(capsys):
     assert "errors by kind:" in out
 
 
+def test_the_aio_benchmark_runs(monkeypatch, capsys):
+    need_redis_server()
+    from bench import aio
+
+    monkeypatch.setattr(aio, "ROUNDS", 1)
+    monkeypatch.setattr(aio, "N", 20)
+    assert aio.main() in (0, 1)  # tiny sizes: the figures say nothing, the run must work
+    assert "aio: async/sync per submit" in capsys.readouterr().out
+
+
 def test_the_cluster_benchmark_runs(capsys):
     need_redis_cli()
     from bench import cluster

@@ -32,6 +32,11 @@ def test_the_wait_example_in_features_runs():
     exec(compile(_example("docs/features.md", "wait"), "docs/features.md:wait", "exec"), {"__name__": "example"})
 
 
+def test_the_asyncio_example_in_features_runs():
+    code = compile(_example("docs/features.md", "asyncio"), "docs/features.md:asyncio", "exec")
+    exec(code, {"__name__": "example"})
+
+
 def test_the_migrating_example_defines_a_task_that_runs():
     """docs/migrating.md's task, run in-process as a worker runs it: its stages, progress and result."""
     from ghostless.execution.runner import execute

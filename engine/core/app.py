@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 
+from .aio import AsyncEngine
 from .connect import host_name as _host, redact, url_target
 from .engine import Engine
 
@@ -38,6 +39,8 @@ def load_app(spec: str | None = None, redis_url: str | None = None) -> Engine:
         raise AppError(f"module {module_name!r} has no attribute {attr or 'engine'!r}")
     if callable(obj) and not isinstance(obj, Engine):
         obj = obj()
+    if isinstance(obj, AsyncEngine):  # an asyncio app's: its Engine holds the task types
+        obj = obj.engine
     if not isinstance(obj, Engine):
         raise AppError(f"{spec} is a {type(obj).__name__}, not a ghostless Engine")
     return obj

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import (
@@ -45,8 +46,9 @@ class Lua(Protocol):
 
 
 def is_cluster(client: object) -> bool:
-    """Whether ``client`` is a Redis Cluster client (keys spread over shards by slot)."""
-    return isinstance(client, RedisCluster)
+    """Whether ``client`` is a Redis Cluster client (keys spread over shards by slot), of
+    redis-py or of redis.asyncio."""
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))
 
 
 def batch(client, scripts: Iterable[Script], lua: Lua):

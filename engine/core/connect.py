@@ -9,6 +9,10 @@
   The user and password are the primary's; ``sentinel_username`` / ``sentinel_password`` options
   are the sentinels' own.
 
+``connect_async(url)`` makes the redis.asyncio client of the same forms (the AsyncEngine's):
+``redis.asyncio.Redis``, ``redis.asyncio.cluster.RedisCluster`` (which asks for the slot map at
+its first command) and ``redis.asyncio.sentinel.Sentinel``'s primary.
+
 Options (query string): ``socket_timeout`` and ``socket_connect_timeout`` (seconds) for every
 form; an unknown option is an error, not ignored. ``redact(url)`` hides the password for logs.
 """
@@ -16,9 +20,13 @@ form; an unknown option is an error, not ignored. ``redact(url)`` hides the pass
 from __future__ import annotations
 
 import os
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
@@ -26,7 +34,7 @@ from redis.sentinel import Sentinel
 from .errors import BadRedisURL
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-TIMEOUTS = {"socket_timeout": 10.0, "socket_connect_timeout": 5.0}
+TIMEOUTS: dict[str, Any] = {"socket_timeout": 10.0, "socket_connect_timeout": 5.0}
 _SECRETS = ("password", "sentinel_password")
 _SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
 
@@ -63,15 +71,24 @@ def connect(url: str | None = None):
     node for the slot map at once (redis.ConnectionError when none answers); the others connect
     at their first command.
     """
-    url = url_from_env(url)
+    return _client(url_from_env(url), aio=False)
+
+
+def connect_async(url: str | None = None):
+    """The redis.asyncio client for ``url`` (the forms and defaults of ``connect``). Every form
+    connects at its first command. Raises BadRedisURL."""
+    return _client(url_from_env(url), aio=True)
+
+
+def _client(url: str, aio: bool):
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     if scheme in ("redis+cluster", "rediss+cluster"):
-        return _cluster(url, tls=scheme.startswith("rediss"))
+        return _cluster(url, tls=scheme.startswith("rediss"), aio=aio)
     if scheme in ("redis+sentinel", "rediss+sentinel"):
-        return _sentinel(url, tls=scheme.startswith("rediss"))
+        return _sentinel(url, tls=scheme.startswith("rediss"), aio=aio)
     if scheme in ("redis", "rediss", "unix"):
         try:
-            return redis.Redis.from_url(url, **TIMEOUTS)
+            return (redis.asyncio.Redis if aio else redis.Redis).from_url(url, **TIMEOUTS)
         except ValueError as e:
             raise BadRedisURL(f"malformed Redis URL {redact(url)}: {_scrub(str(e), url)}") from None
     raise BadRedisURL(
@@ -154,19 +171,21 @@ def _split(url: str) -> tuple[dict, list[tuple[str, int]], str, dict]:
     return creds, nodes, path, options
 
 
-def _cluster(url: str, tls: bool) -> RedisCluster:
+def _cluster(url: str, tls: bool, aio: bool = False):
     creds, nodes, path, options = _split(url)
     if path.strip("/") not in ("", "0"):
         raise BadRedisURL(f"malformed Redis URL {redact(url)}: a Redis Cluster has database 0 only")
+    kwargs = {"ssl": tls, **creds, **TIMEOUTS, **options}
+    if aio:  # asks for the slot map at its first command
+        aio_nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes]
+        return redis.asyncio.cluster.RedisCluster(startup_nodes=aio_nodes, **kwargs)
     try:  # RedisCluster asks a startup node for the slot map at once
-        return RedisCluster(
-            startup_nodes=[ClusterNode(h, p) for h, p in nodes], ssl=tls, **creds, **{**TIMEOUTS, **options}
-        )
+        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], **kwargs)
     except RedisClusterException as e:  # not a RedisError: give callers the error they handle
         raise redis.ConnectionError(f"cannot reach the Redis Cluster at {redact(url)}: {_scrub(str(e), url)}") from None
 
 
-def _sentinel(url: str, tls: bool) -> redis.Redis:
+def _sentinel(url: str, tls: bool, aio: bool = False):
     creds, nodes, path, options = _split(url)
     service, _, db = path.strip("/").partition("/")
     if not service:
@@ -175,5 +194,6 @@ def _sentinel(url: str, tls: bool) -> redis.Redis:
         raise BadRedisURL(f"malformed Redis URL {redact(url)}: database {db!r} is not a number")
     sentinel_kwargs = {k.removeprefix("sentinel_"): options.pop(k) for k in _SENTINEL_OPTIONS if k in options}
     timeouts = {**TIMEOUTS, **options}
-    sentinel = Sentinel(nodes, sentinel_kwargs={**timeouts, **sentinel_kwargs}, **timeouts)
+    cls = redis.asyncio.sentinel.Sentinel if aio else Sentinel
+    sentinel = cls(nodes, sentinel_kwargs={**timeouts, **sentinel_kwargs}, **timeouts)
     return sentinel.master_for(service, db=int(db or 0), ssl=tls, **creds)

@@ -1,13 +1,13 @@
 """The Engine: the Python API over the task scripts.
 
 Every state change is one script call (engine/core/scripts.py). This module checks
-input, builds keys, and turns replies into Task, Lease and Event objects.
+input, builds keys, and turns replies into Task, Lease and Event objects. The client calls
+(submit, the reads, cancel, edit, retry, wait) are written once as steps (engine/core/steps.py):
+the Engine runs them on redis-py here, the AsyncEngine (engine/core/aio.py) on redis.asyncio.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from collections.abc import Callable
 
@@ -15,11 +15,13 @@ from ghostless.core import (
     check as check_mod,
     dependencies as deps,
     dispatch as dispatch_mod,
+    listing,
     notify,
-    priority as priority_mod,
     stats as stats_mod,
+    submit_call,
     sweep as sweep_mod,
     tracing,
+    waiting,
 )
 
 from .cluster import is_cluster
@@ -28,20 +30,21 @@ from .connect import connect
 from .dispatch import Dispatcher, NullDispatcher
 from .epoch import DataEpoch
 from .errors import Code, TaskNotFound, refusing_full
-from .keys import Keys, new_task_id, parse_task_id
+from .keys import Keys, parse_task_id
 from .lease_calls import LeaseCalls
 from .management import Management
 from .models import Task
+from .plans import Plan
 from .quota import Quota
 from .rates import Rate
 from .reads import Reads
 from .registry import Breaker, Registry, TaskType, as_backoff
-from .scripts import Scripts, SubmitArgs
+from .scripts import Scripts
 from .server import check_server
-from .states import State
-from .text import text, text_or_none
+from .steps import Blocking, Command, Events, ReadTasks, sync_call
+from .text import text_or_none
 from .users import Users
-from .validate import json_text as _json_text, submit_times, text as _text
+from .validate import json_text as _json_text, text as _text
 
 #: verbs the layers above the core supply (``periodic``: ghostless.periodic.schedules.register).
 EXTENSIONS: dict = {}
@@ -153,136 +156,24 @@ class Engine(LeaseCalls, Management, Reads):
         does it (engine/periodic/schedules.py ``register``; it installs itself in ``EXTENSIONS``)."""
         return EXTENSIONS["periodic"](self, name, **kwargs)
 
-    def queues(self) -> list[str]:
-        """Every queue with registered types or submitted tasks."""
-        found = {text(q) for q in self.redis.smembers(self.keys.queues())}
-        return sorted(found | set(self.registry.queues()))
+    queues = sync_call(listing.queues)
 
-    # -- client calls -----------------------------------------------------------------------------
-    @tracing.traced_submit
-    def submit(
-        self,
-        type: str,
-        args: dict | None = None,
-        *,
-        owner: str,
-        idempotency_key: str | None = None,
-        priority: int = 0,
-        delay: float = 0,
-        due_in: float | None = None,
-        escalate_in: float | None = None,
-        expires_in: float | None = None,
-        depends_on: list[str] | None = None,
-        notify_url: str | None = None,
-        quota: Quota | None = None,
-        internal: bool = False,
-    ) -> Task:
-        """Create a task in PENDING (or return the one its idempotency key names).
+    # -- client calls (written once as steps: engine/core/steps.py; the AsyncEngine runs them too) --
+    submit = tracing.traced_submit(sync_call(submit_call.submit))
 
-        Args:
-            type: a registered task type (not an internal one, unless ``internal``: engine code).
-            args: a JSON object (<= Config.max_args_bytes) that fits the type's function.
-            owner: who owns the task; idempotency keys are scoped to the owner.
-            delay: seconds before it may be dispatched.
-            due_in / escalate_in: seconds from now by which the task should have ended; the
-                sweeper records an ``overdue`` (then ``escalated``) event once if it has not.
-            expires_in: seconds from now within which the task must start (be claimed), else it
-                ends CANCELLED, reason ``expired`` (by the sweeper then, or by a later claim).
-            depends_on: ids of tasks (in the same queue) that must all end in SUCCESS first
-                (engine/core/dependencies.py).
-            notify_url: webhook for this task's notifications (else its owner's default, if any;
-                engine/core/notify.py; needs enable_notifications).
-            quota: the owner's limits in the type's queue (engine/core/quota.py), checked atomically
-                with the creation; None (the default) is no limit.
-
-        Returns: the new Task, or the existing one for a replayed idempotency key.
-
-        Raises: UnknownTaskType, BadArgs (a ValueError: args that do not fit the function),
-            ValueError (bad input), IdempotencyConflict (same key, other args), UnknownParent (a
-            ValueError: depends_on names a task that does not exist), QuotaExceeded, RedisFull
-            (Redis at maxmemory refused the write; nothing changed).
-
-        Redis keys: the task's keys, its queue's sets/stream/counters, the idempotency key, the
-        owner's submit-rate key (with a quota).
-        """
-        tt = self.registry.submittable(type, internal)
-        args_json = self._args_json({} if args is None else args, tt, quota)
-        owner = _text("owner", owner)
-        if idempotency_key is not None:
-            idempotency_key = _text("idempotency_key", idempotency_key)
-        priority = priority_mod.check(priority)
-        delay_ms, due_ms, escalate_ms, expires_ms = submit_times(delay, due_in, escalate_in, expires_in)
-        parent_ids, parents = deps.parents(self, tt.queue, depends_on)
-        notify_url = notify.submit_url(self, tt.name, owner, notify_url)
-        task_id = new_task_id(tt.queue)
-        self._remember_queue(tt.queue)
-        digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
-        idem = self.keys.idempotency(tt.queue, owner, idempotency_key) if idempotency_key else None
-        rate_key = self.keys.submit_rate(tt.queue, owner) if quota else None
-        reply = self.scripts.submit(
-            self.keys.task(task_id),
-            self.keys.owner_index(tt.queue, owner),
-            SubmitArgs(
-                task_id=task_id,
-                type_name=tt.name,
-                owner=owner,
-                args_json=args_json,
-                digest=digest,
-                max_attempts=tt.max_attempts,
-                lease_ms=ms(tt.lease),
-                timeout_ms=ms(tt.timeout),
-                priority=priority,
-                delay_ms=delay_ms,
-                backoff=tt.backoff.spec(),
-                idempotency_ttl_ms=ms(self.config.idempotency_ttl),
-                idempotency_key=idempotency_key or "",
-                queue=tt.queue,
-                due_ms=due_ms,
-                escalate_ms=escalate_ms,
-                notify_url=notify_url or "",
-                quota=quota.spec() if quota else "",
-                expires_ms=expires_ms,
-                traceparent=tracing.traceparent(),
-                parent_ids=tuple(parent_ids),
-            ),
-            parents,
-            rate_key,
-            idem,
-        )
-        if reply[0] == Code.REPLAYED:
-            task = self._require(reply[1])
-            task.replayed = True
-            return task
-        now = int(reply[2]) / 1000
-        # Built from what was sent (no read back): the times are the script's, from Redis TIME.
-        task = Task(
-            id=task_id,
-            type=tt.name,
-            queue=tt.queue,
-            owner=owner,
-            status=State.PENDING,
-            max_attempts=tt.max_attempts,
-            args=json.loads(args_json),
-            created_at=now,
-            updated_at=now,
-            version=1,
-            priority=priority,
-            idempotency_key=idempotency_key or "",
-            parents=parent_ids,
-            due_at=now + due_ms / 1000 if due_ms else None,
-            escalate_at=now + escalate_ms / 1000 if escalate_ms else None,
-            expires_at=(int(reply[2]) + expires_ms) / 1000 if expires_ms else None,
-            notify_url=notify_url or "",
-            waiting=reply[3] == "waiting",
-        )
-        if reply[3] == "resolve":  # a parent had already failed: cancelled now, not in a minute
-            deps.resolve(self, task_id)
-            return self._require(task_id)
-        if reply[3] == "waiting":
-            return task
-        if delay_ms == 0 and self.dispatcher.active and self.dispatch_known(task_id, tt, priority):
-            task.status, task.version = State.QUEUED, 2
-        return task
+    def _do(self, step):
+        """One step of a client call (engine/core/steps.py), done on this engine's redis-py client."""
+        if isinstance(step, Plan):
+            return self.scripts.run(step)
+        if isinstance(step, Command):
+            return getattr(self.redis, step.name)(*step.args, **step.kwargs)
+        if isinstance(step, ReadTasks):
+            return self.scripts.read(*step)
+        if isinstance(step, Events):
+            return waiting.next_events(self.redis, step)
+        if isinstance(step, Blocking):
+            return step.fn(*step.args)
+        return self.redis  # CLIENT
 
     def dispatch(self, task_id: str) -> str | None:
         """Record PENDING -> QUEUED with a new dispatch id, then create the executor job of that id.

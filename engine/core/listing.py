@@ -7,7 +7,9 @@ the position of the last task returned: ``<created ms>.<task id>``.
 
 from __future__ import annotations
 
+from . import task_calls
 from .models import Task
+from .steps import Call, Command
 from .text import text
 
 SCAN = 200  # rows read per index per read (a round reads on past rows at or before its cursor)
@@ -28,6 +30,12 @@ def _order(row: tuple[int, str]) -> tuple[int, tuple[int, ...]]:
     return -row[0], tuple(-b for b in row[1].encode())
 
 
+def queues(engine) -> Call[list[str]]:
+    """Every queue with registered types or submitted tasks."""
+    found = yield Command("smembers", (engine.keys.queues(),))
+    return sorted({text(q) for q in found} | set(engine.registry.queues()))
+
+
 def list_tasks(
     engine,
     owner: str | None = None,
@@ -36,18 +44,19 @@ def list_tasks(
     queue: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
-) -> tuple[list[Task], str | None]:
-    """Tasks newest first; ``owner=None`` lists every owner's (for admins).
+) -> Call[tuple[list[Task], str | None]]:
+    """An owner's tasks (every owner's with ``owner=None``, for admins), newest first.
 
     Returns (tasks, cursor of the next page or None). Raises ValueError for a bad limit or cursor.
+    Written as steps (engine/core/steps.py): the Engine and the AsyncEngine run it.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
         raise ValueError("limit must be an integer within 1..500")
     position = decode_cursor(cursor)
-    known = engine.queues()
-    queues = [queue] if queue in known else ([] if queue else known)
+    known = yield from queues(engine)
+    listed = [queue] if queue in known else ([] if queue else known)
     indexes = [
-        engine.keys.owner_index(q, owner) if owner is not None else engine.keys.queue_key(q, "index") for q in queues
+        engine.keys.owner_index(q, owner) if owner is not None else engine.keys.queue_key(q, "index") for q in listed
     ]
     out: list[Task] = []
     while indexes:
@@ -55,12 +64,9 @@ def list_tasks(
         for index in indexes:
             top, offset = (position[0] if position else "+inf"), 0
             while True:
-                got = [
-                    (int(s), text(m))
-                    for m, s in engine.redis.zrevrangebyscore(
-                        index, top, "-inf", start=offset, num=SCAN, withscores=True
-                    )
-                ]
+                scan = {"start": offset, "num": SCAN, "withscores": True}
+                page = yield Command("zrevrangebyscore", (index, top, "-inf"), scan)
+                got = [(int(s), text(m)) for m, s in page]
                 fresh = [r for r in got if position is None or _order(r) > _order(position)]
                 if fresh or len(got) < SCAN:
                     break
@@ -73,7 +79,8 @@ def list_tasks(
         safe = [r for r in rows if limit_row is None or _order(r) <= limit_row]
         if not safe:
             return out, None
-        for row, task in zip(safe, engine.get_many([r[1] for r in safe], owner=owner)):
+        tasks = yield from task_calls.get_many(engine, [r[1] for r in safe], owner)
+        for row, task in zip(safe, tasks):
             position = row
             if task is None or (status and task.status.value != status) or (type and task.type != type):
                 continue

@@ -5,30 +5,26 @@ the Engine like engine/core/lease_calls.py).
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
-from ghostless.core import dependencies as deps
-
-from . import listing
+from . import task_calls
 from .errors import Code, IllegalTransition, TaskNotFound, refusing_full
-from .keys import new_task_id, parse_task_id
 from .models import Task
-from .quota import Quota
 from .states import State
-from .text import text_or_none
+from .steps import sync_call
 from .validate import text as _text
 
 if TYPE_CHECKING:
     from .dispatch import Dispatcher
     from .keys import Keys, TaskKeys
-    from .registry import Registry, TaskType
+    from .registry import Registry
     from .scripts import Scripts
 
 
 class Management:
     """Mixed into Engine; uses its redis, keys, registry, scripts, dispatcher and its helpers
-    (``_keys``, ``_require``, ``_args_json``, ``dispatch``, ``get``)."""
+    (``_keys``, ``_require``, ``dispatch``, ``get``, ``queues``, ``list_tasks``). Its cancel, edit
+    and retry are written in engine/core/task_calls.py."""
 
     # What Engine sets in __init__ and defines, declared here for the type checker.
     redis: Any
@@ -41,69 +37,15 @@ class Management:
 
         def _keys(self, task_id: str) -> TaskKeys: ...
         def _require(self, task_id: str) -> Task: ...
-        def _args_json(self, args: Any, tt: TaskType, quota: Quota | None) -> str: ...
         def dispatch(self, task_id: str) -> str | None: ...
         def get(self, task_id: str, owner: str | None = None) -> Task | None: ...
         def queues(self) -> list[str]: ...
+        def list_tasks(self, *args: Any, **kwargs: Any) -> tuple[list[Task], str | None]: ...
 
-    def cancel(self, task_id: str, *, by: str, admin: bool = False, reason: str = "") -> None:
-        """Cancel a task that has not ended. Raises TaskNotFound (also for another owner's task),
-        IllegalTransition (already ended). Cancelling a cancelled task is a no-op."""
-        by = _text("by", by)
-        self.scripts.cancel(self._keys(task_id), task_id, by, admin, _text("reason", reason or f"cancelled by {by}"))
-
-    def edit(
-        self,
-        task_id: str,
-        args: dict,
-        *,
-        by: str,
-        admin: bool = False,
-        quota: Quota | None = None,
-        internal: bool = False,
-    ) -> Task:
-        """Atomically cancel a task that has not ended and submit its replacement with ``args``.
-
-        ``quota`` (the task owner's, as for submit) counts the edit against its rate and the new
-        args, in place of the old ones, against its unfinished bytes. Returns the new task.
-        Raises TaskNotFound, IllegalTransition, UnknownTaskType (also an internal type, unless
-        ``internal``), BadArgs, ValueError, QuotaExceeded.
-        """
-        by = _text("by", by)
-        old_keys = self._keys(task_id)
-        queue = parse_task_id(task_id)
-        assert queue is not None  # _keys refused a malformed id
-        new_id = new_task_id(queue)
-        owner, type_name = (text_or_none(v) for v in self.redis.hmget(old_keys.task, "owner", "type"))
-        if owner is None or not (admin or owner == by):  # the script checks again, atomically
-            raise TaskNotFound(task_id)
-        args_json = self._args_json(args, self.registry.submittable(type_name, internal), quota)
-        owner_index = self.keys.owner_index(queue, owner)
-        reply = self.scripts.edit(
-            old_keys,
-            task_id,
-            self.keys.task(new_id),
-            owner_index,
-            by,
-            admin,
-            new_id,
-            args_json,
-            quota.spec() if quota else "",
-            self.keys.submit_rate(queue, owner) if quota else None,
-        )
-        new_id = reply[1]
-        if reply[0] == Code.OK and len(reply) > 3 and reply[3] == "resolve":
-            deps.resolve(self, new_id)  # it waits on the old task's parents: register with them
-        elif reply[0] == Code.OK and self.dispatcher.active and reply[3] != "delayed":
-            self.dispatch(new_id)  # a delayed one is dispatched by the sweeper when its delay has passed
-        return self._require(new_id)
-
-    def retry(self, task_id: str, *, by: str, admin: bool = False) -> None:
-        """Reopen a FAILED or TIMEOUT task (attempts start again); audited in its history."""
-        by = _text("by", by)
-        reply = self.scripts.retry(self._keys(task_id), task_id, by, admin, uuid.uuid4().hex)
-        if self.dispatcher.active and reply[0] == Code.OK:
-            self.dispatch(task_id)
+    # Written once as steps (engine/core/steps.py), which the AsyncEngine runs too.
+    cancel = sync_call(task_calls.cancel)
+    edit = sync_call(task_calls.edit)
+    retry = sync_call(task_calls.retry)
 
     def reclaim(self, task_id: str, *, by: str) -> State:
         """Admin: take a PROCESSING task from its worker now (a stuck one), as if its lease had
@@ -126,8 +68,8 @@ class Management:
         tt = self.registry.get(type)
         ids, cursor = [], None
         while True:
-            page, cursor = listing.list_tasks(
-                self, None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue, limit=500, cursor=cursor
+            page, cursor = self.list_tasks(
+                None, status=State.FAILED.value, type=tt.name, queue=queue or tt.queue, limit=500, cursor=cursor
             )
             ids += [task.id for task in page]
             if cursor is None:

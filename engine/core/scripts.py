@@ -1,79 +1,46 @@
-"""The one place that runs Lua: one typed wrapper per script.
+"""The one place that runs Lua: one typed wrapper per script, and the runners of described ones.
 
 The scripts' text comes from engine/core/lua_source.py. redis-py's ``Script`` runs each by
-EVALSHA and reloads it on NOSCRIPT (after ``SCRIPT FLUSH`` or a Redis restart).
+EVALSHA and reloads it on NOSCRIPT (after ``SCRIPT FLUSH`` or a Redis restart). The client
+calls' scripts (submit, cancel, edit, retry, read) are described once, without IO, in
+engine/core/plans.py: ``Scripts.run`` runs a Plan on redis-py, ``AsyncScripts.run`` on
+redis.asyncio (the AsyncEngine), with the same parsing, WAIT and refusals.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from .cluster import Call, batch, run_then_wait
+from redis.exceptions import NoScriptError
+
+from . import plans
+from .cluster import Call, batch, is_cluster, run_then_wait
 from .config import Config
 from .errors import (
     Code,
-    IdempotencyConflict,
     IllegalTransition,
+    RedisSetupError,
     TaskExpired,
-    UnknownParent,
     UnknownTaskType,
     WrongDispatch,
     refusing_full,
 )
-from .keys import TaskKeys, parse_task_id
+from .keys import TaskKeys
 from .lua_source import SCRIPTS, script_shas, source
 from .models import Lease
+from .plans import Plan, SubmitArgs
 from .replication import Waiter
-from .replies import RESOLVE_MARK, WAITING, parse, quota_exceeded, refuse
+from .replies import RESOLVE_MARK, WAITING, parse, refuse
+
+__all__ = ["AsyncScripts", "Scripts", "SubmitArgs"]
 
 
-class SubmitArgs(NamedTuple):
-    """submit's ARGV after the engine config (ARGV[5], ARGV[6], ...), in this order: lua/submit.lua
-    binds each to a local of the same name (tests/engine/test_scripts_wrappers.py compares them).
-    ``parent_ids`` goes last as its count (``n_parents``) then the ids."""
-
-    task_id: str
-    type_name: str
-    owner: str
-    args_json: str
-    digest: str  # of type + args: a replayed idempotency key with other args is a conflict
-    max_attempts: int
-    lease_ms: int
-    timeout_ms: int
-    priority: int
-    delay_ms: int
-    backoff: str  # lib/backoff spec
-    idempotency_ttl_ms: int
-    idempotency_key: str  # '' = none
-    queue: str
-    due_ms: int  # 0 = no due time
-    escalate_ms: int  # 0 = never
-    notify_url: str  # '' = none
-    quota: str  # lib/quota spec; '' = none
-    expires_ms: int  # 0 = never: else it is cancelled (expired) unless started within this
-    traceparent: str  # W3C traceparent of the submit's span (engine/core/tracing.py); '' = none
-    parent_ids: tuple[str, ...] = ()
-
-    def argv(self) -> list:
-        return [*self[:-1], len(self.parent_ids), *self.parent_ids]
-
-
-def _pairs(parents: Sequence[TaskKeys]) -> list[str]:
-    """Each parent's hash and children set, as submit and resolve take them."""
-    return [k for p in parents for k in (p.task, p.children)]
-
-
-def _flag(value: bool) -> str:
-    return "1" if value else "0"
-
-
-class Scripts:
-    """Typed wrappers, one per script (named for it). Refusals become the exceptions of
-    ``ghostless.core.errors``; the sweeper's calls (expire, promote, purge, overdue, resolve, due)
-    return replies and never raise on a refusal. Calls given ``client`` (a pipeline) only queue the
-    script: ``replies(pipe)`` then runs them and gives their parsed replies."""
+class _Runner:
+    """What both runners share: the registered scripts, the engine config every script takes
+    first, the replicas' WAIT, and the reading of a reply."""
 
     def __init__(self, redis, config: Config, on_resolve=None):
         self.redis = redis
@@ -82,6 +49,24 @@ class Scripts:
         self._cfg = config.script_argv()
         self._waiter = Waiter(redis, config)
         self._scripts = {name: redis.register_script(source(name)) for name in SCRIPTS}
+
+    def _parse(self, keys: Sequence[str], raw) -> tuple[list, str | None]:
+        """The parsed reply, and the waiting-set key to resolve (``on_resolve``, before the WAIT's
+        verdict) when the script ended a task others wait on (None else)."""
+        reply = parse(raw)
+        resolve = None
+        if reply and reply[-1] == RESOLVE_MARK:
+            reply.pop()
+            resolve = keys[WAITING] if self.on_resolve else None
+        return reply, resolve
+
+
+class Scripts(_Runner):
+    """Typed wrappers, one per script (named for it; the client calls' scripts are described in
+    engine/core/plans.py and run by ``run``). Refusals become the exceptions of
+    ``ghostless.core.errors``; the sweeper's calls (expire, promote, purge, overdue, resolve, due)
+    return replies and never raise on a refusal. Calls given ``client`` (a pipeline) only queue the
+    script: ``replies(pipe)`` then runs them and gives their parsed replies."""
 
     def _call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None, via=None) -> list:
         """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``.
@@ -98,13 +83,15 @@ class Scripts:
                 raw, acked = _then_wait(script, list(keys), argv, via or self.redis, self._waiter.command)
             else:
                 raw, acked = script(keys=list(keys), args=argv, client=via), None
-        reply = parse(raw)
-        if reply and reply[-1] == RESOLVE_MARK:
-            reply.pop()
-            if self.on_resolve:
-                self.on_resolve(keys[WAITING])
+        reply, resolve = self._parse(keys, raw)
+        if resolve:
+            self.on_resolve(resolve)
         self._waiter.check(acked, name, keys, reply)
         return reply
+
+    def run(self, plan: Plan, via=None) -> Any:
+        """A described call (engine/core/plans.py): its checked answer; raises its refusal."""
+        return plan.check(self._call(plan.name, plan.keys, plan.args, via=via))
 
     def ensure_loaded(self) -> list[str]:
         """Load the scripts Redis's script cache lacks (after a restart or SCRIPT FLUSH; EVALSHA
@@ -128,37 +115,7 @@ class Scripts:
         self._waiter.check(acked, f"pipeline of {len(out)} scripts", (), out)
         return out
 
-    # -- client calls -----------------------------------------------------------------------------
-    def submit(
-        self,
-        keys: TaskKeys,
-        owner_index: str,
-        args: SubmitArgs,
-        parents: Sequence[TaskKeys] = (),
-        rate_key: str | None = None,
-        idem_key: str | None = None,
-    ) -> list:
-        """``parents``: the keys of ``args.parent_ids``, in order; ``rate_key`` goes with a quota
-        (``args.quota``). Raises UnknownParent, QuotaExceeded, IdempotencyConflict."""
-        reply = self._call(
-            "submit",
-            [
-                *keys,
-                owner_index,
-                *_pairs(parents),
-                *([rate_key] if rate_key else []),
-                *([idem_key] if idem_key else []),
-            ],
-            args.argv(),
-        )
-        if reply[0] == Code.UNKNOWN_PARENT:
-            raise UnknownParent(reply[1])
-        if reply[0] == Code.QUOTA_EXCEEDED:
-            raise quota_exceeded(reply, args.task_id)
-        if reply[0] == Code.IDEMPOTENCY_CONFLICT:
-            raise IdempotencyConflict(args.idempotency_key, reply[1])
-        return reply
-
+    # -- client calls (submit: engine/core/plans.py, run by ``run``) ----------------------------------
     def dispatch(
         self,
         keys: TaskKeys,
@@ -253,7 +210,7 @@ class Scripts:
             lease,
             error_kind,
             reason,
-            _flag(retryable),
+            plans.flag(retryable),
             jitter,
             lease.worker,
             delay,
@@ -277,39 +234,8 @@ class Scripts:
         limit_spec: str = "",
     ) -> list:
         """``kind`` rate_limited goes with the limit's start log and parked set, and its spec."""
-        argv = [wait_ms, _flag(fail_fast), upstream, park_id, kind, limit_spec]
+        argv = [wait_ms, plans.flag(fail_fast), upstream, park_id, kind, limit_spec]
         return refuse(self._call("park", [*keys, *limit_keys], argv), "park", task_id)
-
-    # -- management: owner-checked inside the script ----------------------------------------------
-    def cancel(self, keys: TaskKeys, task_id: str, by: str, admin: bool, reason: str) -> list:
-        return refuse(self._call("cancel", keys, [by, _flag(admin), reason]), "cancel", task_id)
-
-    def edit(
-        self,
-        keys: TaskKeys,
-        task_id: str,
-        new_keys: TaskKeys,
-        owner_index: str,
-        by: str,
-        admin: bool,
-        new_id: str,
-        args_json: str,
-        quota: str = "",
-        rate_key: str | None = None,
-    ) -> list:
-        """``rate_key`` goes with a quota (``quota`` not '')."""
-        return refuse(
-            self._call(
-                "edit",
-                [*keys, *new_keys, owner_index, *([rate_key] if rate_key else [])],
-                [by, _flag(admin), new_id, args_json, quota],
-            ),
-            "edit",
-            task_id,
-        )
-
-    def retry(self, keys: TaskKeys, task_id: str, by: str, admin: bool, retry_id: str) -> list:
-        return refuse(self._call("retry", keys, [by, _flag(admin), retry_id]), "retry", task_id)
 
     # -- sweeper calls: never raise on a refusal, the sweeper counts outcomes -----------------------
     def expire(self, keys: TaskKeys, task_id: str, by: str = "", client=None) -> list | None:
@@ -337,7 +263,7 @@ class Scripts:
 
     def resolve(self, keys: TaskKeys, task_id: str, parent_ids: Sequence[str], parents: Sequence[TaskKeys]) -> list:
         """Look at a waiting task's parents (their keys ``parents`` in the order of ``parent_ids``)."""
-        return self._call("resolve", [*keys, *_pairs(parents)], [task_id, len(parent_ids), *parent_ids])
+        return self._call("resolve", [*keys, *plans.pairs(parents)], [task_id, len(parent_ids), *parent_ids])
 
     def due(self, sets: Sequence[str], batch: int) -> tuple[list[list[str]], int]:
         """Ids due now in each of ``sets`` (a batch each), and ms until the earliest deadline (-1: none)."""
@@ -346,26 +272,56 @@ class Scripts:
 
     # -- reads ----------------------------------------------------------------------------------------
     def read(self, task_keys: dict[str, TaskKeys], owner: str | None, full: bool = False) -> dict[str, list]:
-        """Tasks by id (lua/read.lua): ``[hash fields, args, result, place in line]`` (with ``full``,
-        then history entries and the queue stream's newest id), or ``[]`` for a missing task or one
-        not ``owner``'s (None: anyone's), whose args, result and history are never read.
-
-        One atomic script per queue, all in one round trip without MULTI/EXEC (so it reads a Redis
-        at maxmemory too); one queue's is EVALSHA itself (a pipeline of scripts asks SCRIPT EXISTS first).
-        """
-        by_queue: dict[str | None, list[str]] = {}
-        for task_id in task_keys:
-            by_queue.setdefault(parse_task_id(task_id), []).append(task_id)
-        head = ["1" if owner is None else "0", owner or "", "1" if full else "0"]
-        calls = [([k for i in ids for k in task_keys[i]], [*head, *ids]) for ids in by_queue.values()]
-        if len(calls) == 1:
-            raws = [self._scripts["read"](keys=calls[0][0], args=[*self._cfg, *calls[0][1]])]
+        """Tasks by id (engine/core/plans.py ``reads``): one atomic script per queue, all in one
+        round trip without MULTI/EXEC, so it reads a Redis at maxmemory too."""
+        calls = plans.reads(task_keys, owner, full)
+        if len(calls) == 1:  # EVALSHA itself: one round trip (a pipeline of scripts asks SCRIPT EXISTS first)
+            plan = calls[0][1]
+            raws = [self._scripts[plan.name](keys=plan.keys, args=[*self._cfg, *plan.args])]
         else:
             pipe = self.pipeline()
-            for keys, args in calls:
-                self._call("read", keys, args, client=pipe)
+            for _ids, plan in calls:
+                self._call(plan.name, plan.keys, plan.args, client=pipe)
             raws = pipe.execute() if calls else []
-        return {i: r for ids, reply in zip(by_queue.values(), raws) for i, r in zip(ids, parse(reply)[1:])}
+        return plans.read_replies(calls, [parse(r) for r in raws])
+
+
+class AsyncScripts(_Runner):
+    """The runner of described calls (engine/core/plans.py) on a redis.asyncio client (or
+    fakeredis.aioredis): the same scripts, parsing, refusals and WAIT as ``Scripts``.
+    ``on_resolve`` is awaited. On a Redis Cluster it refuses ``Config.wait_replicas``: the WAIT
+    must go on the connection to the slot owner that ran the script (cluster.run_then_wait), which
+    is redis-py's alone so far."""
+
+    def __init__(self, redis, config: Config, on_resolve=None):
+        super().__init__(redis, config, on_resolve)
+        if self._waiter.replicas and is_cluster(redis):
+            raise RedisSetupError(
+                f"wait_replicas={self._waiter.replicas} is not supported by the AsyncEngine on Redis Cluster yet"
+                " (the Engine supports it)"
+            )
+
+    async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list:
+        script, argv = self._scripts[name], [*self._cfg, *args]
+        with refusing_full(name):
+            if self._waiter.waits(name):
+                raw, acked = await _then_wait_async(script, list(keys), argv, self.redis, self._waiter.command)
+            else:
+                raw, acked = await script(keys=list(keys), args=argv), None
+        reply, resolve = self._parse(keys, raw)
+        if resolve:
+            await self.on_resolve(resolve)
+        self._waiter.check(acked, name, keys, reply)
+        return reply
+
+    async def run(self, plan: Plan) -> Any:
+        return plan.check(await self._call(plan.name, plan.keys, plan.args))
+
+    async def read(self, task_keys: dict[str, TaskKeys], owner: str | None, full: bool = False) -> dict[str, list]:
+        """``Scripts.read``: one script per queue, sent at once (on a cluster each to its shard)."""
+        calls = plans.reads(task_keys, owner, full)
+        replies = await asyncio.gather(*(self._call(plan.name, plan.keys, plan.args) for _ids, plan in calls))
+        return plans.read_replies(calls, replies)
 
 
 def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int | None]:
@@ -377,6 +333,24 @@ def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any
     if isinstance(reply, Exception):
         raise reply
     return reply, acked
+
+
+async def _then_wait_async(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
+    """``_then_wait`` on redis.asyncio (one Redis, not a cluster: AsyncScripts refuses it): the
+    script and its WAIT in one pipeline, so on one connection; on NOSCRIPT loaded, sent again."""
+    for first in (True, False):
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *argv)
+        pipe.execute_command(*wait)
+        reply, acked = await pipe.execute(raise_on_error=False)
+        if first and isinstance(reply, NoScriptError):
+            await client.script_load(script.script)
+            continue
+        break
+    for item in (reply, acked):
+        if isinstance(item, Exception):
+            raise item
+    return reply, int(acked)
 
 
 class _Lua:

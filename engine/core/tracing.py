@@ -4,7 +4,7 @@ ghostless never imports OpenTelemetry on its own: it takes part only once the ap
 (``opentelemetry.trace`` is in ``sys.modules``: the app set up a tracer provider, or an
 instrumentation did), so without the ``otel`` extra nothing is imported and nothing changes.
 
-- ``Engine.submit`` runs in a span ``ghostless.submit <type>`` (kind PRODUCER); the W3C
+- ``Engine.submit`` (and ``AsyncEngine.submit``) runs in a span ``ghostless.submit <type>`` (kind PRODUCER); the W3C
   ``traceparent`` of that span is stored in the task's hash (field ``traceparent``, written by the
   submit script from what the engine passes: no caller sets it).
 - Each attempt (engine/execution/runner.py) runs in a span ``ghostless.attempt <type>`` (kind
@@ -16,6 +16,7 @@ instrumentation did), so without the ``otel`` extra nothing is imported and noth
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -45,23 +46,45 @@ def traceparent() -> str:
 
 
 def traced_submit(fn: F) -> F:
-    """``Engine.submit`` in a span of its own (when the application traces)."""
+    """``Engine.submit`` (or ``AsyncEngine.submit``, awaited) in a span of its own (when the
+    application traces)."""
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def submit_async(engine, type, *args, **kwargs):
+            with _submit_span(type) as span:
+                task = await fn(engine, type, *args, **kwargs)
+                _submitted(span, task)
+                return task
+
+        return cast(F, submit_async)
 
     @functools.wraps(fn)
     def submit(engine, type, *args, **kwargs):
-        trace = _trace()
-        if trace is None:
-            return fn(engine, type, *args, **kwargs)
-        tracer = trace.get_tracer(TRACER)
-        attributes = {"ghostless.type": type}
-        with tracer.start_as_current_span(
-            f"ghostless.submit {type}", kind=trace.SpanKind.PRODUCER, attributes=attributes
-        ) as span:
+        with _submit_span(type) as span:
             task = fn(engine, type, *args, **kwargs)
-            span.set_attributes({"ghostless.task_id": task.id, "ghostless.queue": task.queue})
+            _submitted(span, task)
             return task
 
     return cast(F, submit)
+
+
+@contextmanager
+def _submit_span(type_name: str):
+    """The span ``ghostless.submit <type>`` as the current one (None without tracing)."""
+    trace = _trace()
+    if trace is None:
+        yield None
+        return
+    with trace.get_tracer(TRACER).start_as_current_span(
+        f"ghostless.submit {type_name}", kind=trace.SpanKind.PRODUCER, attributes={"ghostless.type": type_name}
+    ) as span:
+        yield span
+
+
+def _submitted(span, task) -> None:
+    if span is not None:
+        span.set_attributes({"ghostless.task_id": task.id, "ghostless.queue": task.queue})
 
 
 @contextmanager

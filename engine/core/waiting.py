@@ -1,6 +1,7 @@
 """Waiting for a task to end: ``Engine.wait`` and ``Engine.result`` (RQ's
 ``job.latest_result(timeout=)``, Celery's ``AsyncResult.get(timeout=)``, BullMQ's
-``waitUntilFinished``).
+``waitUntilFinished``), and the AsyncEngine's, awaited: written once as steps
+(engine/core/steps.py), so the AsyncEngine blocks in ``XREAD`` on its async client.
 
 Driven by the task's queue event stream, not by polling the task: the waiter notes the stream's
 last entry, reads the task (already ended: returned at once), then blocks in ``XREAD`` on the
@@ -11,40 +12,45 @@ blocking read lasts at most ``MAX_BLOCK`` seconds (and half the client's socket 
 which the task is read again, so an event trimmed from a full stream, or a stream lost with its
 Redis, delays the answer by one block at most. A waiter reads its whole queue's events: cheap for
 a few waiters, but thousands of waiters on one busy queue each read every event (the web's task
-pages share one reader per process instead, web/broker.py).
+pages share one reader per process instead, web/broker.py; so do the AsyncEngine's waiters,
+engine/core/aio_watch.py: the ``Events`` step is where the two engines differ).
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from .errors import TaskFailed, TaskNotFound, WaitTimeout
 from .models import Task
 from .states import State
+from .steps import CLIENT, Call, Command, Events
 from .streams import is_terminal, stream_event
+from .task_calls import get
 from .text import text
 
 MAX_BLOCK = 2.0  # seconds one XREAD blocks at most
 BATCH = 500  # events one XREAD returns at most
 
 
-def wait(engine, task_id: str, timeout: float | None = None, owner: str | None = None) -> Task:
-    """The task once it has ended (SUCCESS, FAILED, TIMEOUT or CANCELLED).
+def wait(engine, task_id: str, timeout: float | None = None, owner: str | None = None) -> Call[Task]:
+    """The task once it has ended (any terminal state), waiting on its queue's event stream.
 
-    ``timeout``: seconds to wait at most (None: until it ends). ``owner``: only that owner's task
-    (another's is not found). Raises TaskNotFound, WaitTimeout (the task goes on), ValueError for a
-    negative timeout.
+    ``timeout`` in seconds (None: until it ends). ``owner``: only that owner's task (another's is
+    not found). Raises WaitTimeout (a TimeoutError: the task goes on running), TaskNotFound,
+    ValueError for a negative timeout.
     """
     if timeout is not None and (isinstance(timeout, bool) or not timeout >= 0):
         raise ValueError("timeout must be a number of seconds >= 0, or None")
     deadline = None if timeout is None else time.monotonic() + timeout
-    task = engine.get(task_id, owner)
+    task = yield from get(engine, task_id, owner)
     if task is None:
         raise TaskNotFound(task_id)
     key = engine.keys.queue_key(task.queue, "events")
-    position = _last_id(engine.redis, key)
-    task = engine.get(task_id, owner)  # read after noting the position: no event falls between
-    block = min(MAX_BLOCK, _socket_timeout(engine.redis) / 2)
+    rows = yield Command("xrevrange", (key, "+", "-"), {"count": 1})
+    position = text(rows[0][0]) if rows else "0-0"  # the stream's last entry ("0-0": empty, missing)
+    task = yield from get(engine, task_id, owner)  # read after noting the position: no event falls between
+    block = min(MAX_BLOCK, _socket_timeout((yield CLIENT)) / 2)
     read_at = time.monotonic()
     while True:
         if task is None:
@@ -55,24 +61,32 @@ def wait(engine, task_id: str, timeout: float | None = None, owner: str | None =
         left = None if deadline is None else deadline - now
         if left is not None and left <= 0:
             raise WaitTimeout(task_id, timeout or 0.0, task)
-        position, ended = _read(engine, key, task.queue, task_id, position, min(block, left or block))
+        wait_ms = max(1, int(min(block, left or block) * 1000))
+        position, ended = yield Events(key, task.queue, task_id, position, wait_ms)
         if ended or time.monotonic() - read_at >= block:  # its end, or a look now and then
-            task, read_at = engine.get(task_id, owner), time.monotonic()
+            task = yield from get(engine, task_id, owner)
+            read_at = time.monotonic()
 
 
-def result(engine, task_id: str, timeout: float | None = None, owner: str | None = None):
-    """The task's result once it has succeeded; raises TaskFailed (with the task's status and
-    reason) when it ended FAILED, TIMEOUT or CANCELLED, and what ``wait`` raises."""
-    task = wait(engine, task_id, timeout, owner)
+def result(engine, task_id: str, timeout: float | None = None, owner: str | None = None) -> Call[Any]:
+    """The task's result once it has succeeded. Raises TaskFailed (``.status`` FAILED, TIMEOUT
+    or CANCELLED, ``.reason``, ``.error_kind``, ``.task``) when it ended otherwise, and what
+    ``wait`` raises."""
+    task = yield from wait(engine, task_id, timeout, owner)
     if task.status != State.SUCCESS:
         raise TaskFailed(task)
     return task.result
 
 
-def _read(engine, key: str, queue: str, task_id: str, position: str, block: float) -> tuple[str, bool]:
-    """Block up to ``block`` seconds for events after ``position``: (new position, whether the
-    task's terminal transition was among them)."""
-    reply = engine.redis.xread({key: position}, count=BATCH, block=max(1, int(block * 1000)))
+def next_events(client, step: Events) -> tuple[str, bool]:
+    """An ``Events`` step on redis-py: one XREAD of the waiter's own."""
+    reply = client.xread({step.key: step.position}, count=BATCH, block=step.block_ms)
+    return scan(reply, step.queue, step.task_id, step.position)
+
+
+def scan(reply, queue: str, task_id: str, position: str) -> tuple[str, bool]:
+    """The new position after an XREAD's events, and whether the task's terminal transition was
+    among them."""
     ended = False
     for _key, rows in reply or []:
         for sid, fields in rows:
@@ -80,12 +94,6 @@ def _read(engine, key: str, queue: str, task_id: str, position: str, block: floa
             event = stream_event(queue, sid, fields)
             ended = ended or (event["task_id"] == task_id and is_terminal(event))
     return position, ended
-
-
-def _last_id(client, key: str) -> str:
-    """The id of the stream's last entry ("0-0" when it is empty or missing)."""
-    rows = client.xrevrange(key, "+", "-", count=1)
-    return text(rows[0][0]) if rows else "0-0"
 
 
 def _socket_timeout(client) -> float:

@@ -155,3 +155,19 @@ def test_a_sleeping_sweeper_is_woken_for_an_expiry_sooner_than_its_next_look(eng
     assert not sweeper.is_alive()
     # Woken by the submit's announcement (an expiry within a second), not after its 60 s interval.
     assert engine.get(task.id).finished_at - task.expires_at < 1.0
+
+
+def test_an_async_submit_expires_as_the_engines_does(engine):
+    from tests.support.aio import run_async
+
+    async def body(aengine):
+        with pytest.raises(ValueError, match="expires_in must be later than delay"):
+            await aengine.submit("render", {}, owner="alice", delay=1, expires_in=1)
+        return await aengine.submit("render", {}, owner="alice", expires_in=0.5)
+
+    task = run_async(engine, body)
+    assert task.expires_at is not None and engine.get(task.id).expires_at == task.expires_at
+    wait_for_server_time(engine.redis, expired_at(engine, task.id))
+    assert engine.sweep().lapsed == 1
+    got = engine.get(task.id)
+    assert (got.status, got.reason) == (State.CANCELLED, "expired")

@@ -1,5 +1,6 @@
-"""engine/core/scripts.py is the one place that calls Lua: one typed wrapper per script, and
-submit's positional ARGV named by a NamedTuple whose field order is checked against lua/submit.lua."""
+"""engine/core/scripts.py is the one place that calls Lua: one typed wrapper per script (or one
+described call in engine/core/plans.py, which Scripts.run and AsyncScripts.run run), and submit's
+positional ARGV named by a NamedTuple whose field order is checked against lua/submit.lua."""
 
 import ast
 import inspect
@@ -9,7 +10,7 @@ from pathlib import Path
 import ghostless
 import ghostless.web
 from ghostless import Config
-from ghostless.core import scripts as scripts_mod
+from ghostless.core import plans, scripts as scripts_mod
 from ghostless.core.lua_source import LUA_DIR, SCRIPTS, preamble
 from ghostless.core.scripts import Scripts, SubmitArgs
 
@@ -33,10 +34,14 @@ def _names_scripts(node) -> bool:
     )
 
 
-def test_every_script_has_its_own_wrapper_on_scripts():
+def test_every_script_has_its_own_wrapper_on_scripts_or_its_own_plan():
     for name in SCRIPTS:
+        plan = getattr(plans, name, None) or getattr(plans, name + "s", None)
+        if plan is not None:  # a client call's script, described once for both engines
+            assert re.search(rf"Plan\(\s*\"{name}\"", inspect.getsource(plan)), name
+            continue
         wrapper = getattr(Scripts, name, None)
-        assert callable(wrapper), f"Scripts has no wrapper for lua/{name}.lua"
+        assert callable(wrapper), f"neither Scripts nor plans has a wrapper for lua/{name}.lua"
         # It runs its own script, by name (through _call, or _hold for the lease holder's calls).
         assert re.search(rf"self\._(call|hold)\(\s*\"{name}\"", inspect.getsource(wrapper)), name
 

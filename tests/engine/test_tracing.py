@@ -91,3 +91,19 @@ def test_a_task_submitted_outside_any_trace_carries_none_and_its_attempt_starts_
     trace._TRACER_PROVIDER = None  # no provider: the API's no-op spans have no context to carry
     untraced = engine.submit("render", {"prompt": "dog"}, owner="alice")
     assert "traceparent" not in raw_task(engine, untraced.id)
+
+
+def test_an_async_submit_runs_in_a_span_whose_traceparent_the_task_carries(engine, spans):
+    from tests.support.aio import run_async
+
+    async def body(aengine):
+        with trace.get_tracer("app").start_as_current_span("POST /images") as request:
+            return request, await aengine.submit("render", {"prompt": "cat"}, owner="alice")
+
+    request, task = run_async(engine, body)
+    [submit] = named(spans, "ghostless.submit")
+    assert submit.name == "ghostless.submit render" and submit.kind == SpanKind.PRODUCER
+    assert submit.parent.span_id == request.get_span_context().span_id
+    assert submit.attributes["ghostless.task_id"] == task.id
+    ctx = submit.get_span_context()
+    assert raw_task(engine, task.id)["traceparent"].split("-")[1:3] == [f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"]
