@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import platform
 import statistics
@@ -53,6 +54,20 @@ def machine() -> str:
                 break
     version = subprocess.run([redis_server_path(), "--version"], capture_output=True, text=True).stdout.strip()
     return f"machine: nproc={os.cpu_count()} cpu={cpu!r} python={platform.python_version()}\nredis: {version}"
+
+
+@contextlib.contextmanager
+def quiet_engine_logs():
+    """The engine's start-up warnings (AOF off on a bench's private server: known, on purpose)
+    silenced while the block runs; the ``ghostless`` logger's level as it was afterwards (a bench
+    run in-process, as tests/test_bench_smoke.py does, must not silence the rest of the process)."""
+    quiet = logging.getLogger("ghostless")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
 
 
 @contextlib.contextmanager

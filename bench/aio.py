@@ -20,7 +20,6 @@ Run: .venv/bin/python bench/aio.py  (about 20 s)
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis.asyncio
 
-from bench._common import AOF_EVERYSEC, ARGS, Engine, machine, median, persistence, private_redis, verdict
+from bench._common import (
+    AOF_EVERYSEC,
+    ARGS,
+    Engine,
+    machine,
+    median,
+    persistence,
+    private_redis,
+    quiet_engine_logs,
+    verdict,
+)
 from ghostless import AsyncEngine
 
 ROUNDS, N = 5, 300
@@ -88,7 +97,11 @@ def gets(engine: Engine, aengine: AsyncEngine, task_id: str) -> tuple[float, flo
 
 
 def main() -> int:
-    logging.getLogger("ghostless").setLevel(logging.ERROR)
+    with quiet_engine_logs():
+        return _main()
+
+
+def _main() -> int:
     print(machine())
     with private_redis(*AOF_EVERYSEC) as server:
         client = server.client()

@@ -35,7 +35,6 @@ import argparse
 import collections
 import itertools
 import json
-import logging
 import multiprocessing as mp
 import os
 import sys
@@ -58,6 +57,7 @@ from bench._common import (
     machine,
     median,
     private_redis,
+    quiet_engine_logs,
     server_cpu,
     verdict,
 )
@@ -83,11 +83,8 @@ def make_engine(addr, namespace: str, wait: int, queues: list[str]) -> Engine:
         client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in where], **timeouts)
     else:
         client = redis.Redis(host="127.0.0.1", port=where, **timeouts)
-    quiet = logging.getLogger("ghostless")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # its "AOF is off" warning: known, on purpose here
-    engine = Engine(client, namespace=namespace, config=Config(wait_replicas=wait), dispatcher=None)
-    quiet.setLevel(level)
+    with quiet_engine_logs():
+        engine = Engine(client, namespace=namespace, config=Config(wait_replicas=wait), dispatcher=None)
     for q in queues:
         engine.task(name=f"bench_{q}", queue=q, lease=60, timeout=600)(lambda ctx, prompt: None)
     return engine

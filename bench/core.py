@@ -22,7 +22,6 @@ Run: .venv/bin/python bench/core.py  (30 s on an idle 2-core machine, about a mi
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from bench._common import (
     persistence,
     pipelined_lifecycles,
     private_redis,
+    quiet_engine_logs,
     reset_stats,
     script_stats,
     server_cpu,
@@ -93,11 +93,8 @@ def main() -> int:
             f"{persistence(r_plain)} for the diagnostic phase lifecycle-P-noAOF"
         )
         engine = Engine(r, namespace="bench", dispatcher=None)
-        quiet = logging.getLogger("ghostless")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)  # its "AOF is off" warning: known, on purpose here
-        plain = Engine(r_plain, namespace="bench", dispatcher=None)
-        quiet.setLevel(level)
+        with quiet_engine_logs():
+            plain = Engine(r_plain, namespace="bench", dispatcher=None)
         for e in (engine, plain):
 
             @e.task(name=TYPE, queue="core", lease=60, timeout=600)

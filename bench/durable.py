@@ -21,7 +21,6 @@ Run: .venv/bin/python bench/durable.py  (about 40 s)
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from bench._common import (
     median,
     persistence,
     private_redis,
+    quiet_engine_logs,
     server_cpu,
     verdict,
 )
@@ -51,11 +51,8 @@ RATIO_TARGET = 0.4
 
 
 def engine_on(client, replicas: int) -> Engine:
-    quiet = logging.getLogger("ghostless")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    engine = Engine(client, namespace="bench", config=Config(wait_replicas=replicas), dispatcher=None)
-    quiet.setLevel(level)
+    with quiet_engine_logs():
+        engine = Engine(client, namespace="bench", config=Config(wait_replicas=replicas), dispatcher=None)
 
     @engine.task(name=TYPE, queue="durable", lease=60, timeout=600)
     def bench_job(ctx, prompt):  # pragma: no cover - never run

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import urllib.error
@@ -23,14 +22,6 @@ from tests.support.redis_server import free_port
 from tests.support.wait import wait_until
 
 APP = "tests.apps.web:engine"
-
-
-@pytest.fixture(autouse=True)
-def _warnings_reach_caplog(caplog):
-    """Earlier in-process commands configure logging levels (engine/core/logs.py); these tests read
-    the warnings the web command logs."""
-    caplog.set_level(logging.INFO)
-    caplog.set_level(logging.INFO, logger="ghostless")
 
 
 @pytest.fixture(params=["fake", "real"])
