@@ -108,16 +108,18 @@ local function count_unfinished(K, t, delta)
 end
 
 -- Counts a duration in one of the queue's histograms (`name`: 'wait' or 'run'): one counter per
--- bucket, '<name>_h:<upper bound ms>' ('inf' above the last), and the total '<name>_ms', in the
--- queue's stats hash (web/metrics.py makes them cumulative). Per queue, never per task.
-local function observe(K, name, ms)
+-- bucket, '<name>_h:<upper bound ms>' ('inf' above the last), in the queue's stats hash
+-- (web/metrics.py makes them cumulative). Per queue, never per task. Its total: '<name>_ms' when
+-- `total`; the run histogram's is the time-in-state total of PROCESSING ('tis_ms:PROCESSING',
+-- which `change` adds anyway: engine/core/stats.py HISTOGRAM_TOTALS).
+local function observe(K, name, ms, total)
   if ms < 0 then ms = 0 end
   local bound = 'inf'
   for _, b in ipairs(BUCKETS_MS) do
     if ms <= b then bound = b break end
   end
   redis.call('HINCRBY', K.stats, name .. '_h:' .. bound, 1)
-  redis.call('HINCRBY', K.stats, name .. '_ms', ms)
+  if total then redis.call('HINCRBY', K.stats, name .. '_ms', ms) end
 end
 
 -- The two lines of tasks waiting for a worker, PENDING and QUEUED, each scored by when the task
@@ -141,7 +143,7 @@ local function wait_lines(K, t, from, to, now, fields)
   elseif to == 'QUEUED' then
     redis.call('ZADD', K.queued_since, since or now, t.id)
   elseif to == 'PROCESSING' and since then
-    observe(K, 'wait', now - math.max(since, tonumber(t.not_before or 0)))
+    observe(K, 'wait', now - math.max(since, tonumber(t.not_before or 0)), true)
   end
 end
 
@@ -154,7 +156,7 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   local from = t.status
   if from == 'PROCESSING' then
     close_stage(K, t, now)
-    observe(K, 'run', now - t.state_since)
+    observe(K, 'run', now - t.state_since, false)
   end
   if from then
     redis.call('HINCRBY', K.counts, from, -1)
