@@ -17,25 +17,15 @@ import os
 import time
 
 from ghostless import Backoff, Config, Engine, PermanentError
+from tests.support.apps import lazy_engine
 
 QUEUE = "work"
 LEASE = float(os.environ.get("GHOSTLESS_TEST_LEASE", "1.5"))
 SLOW_BEAT_LEASE = 4.0  # `gated_slow`: a lease (and so a shutdown grace) long enough to act within
-_engine: Engine | None = None
-
-
-def __getattr__(name: str):
-    if name == "engine":
-        return app_engine()
-    raise AttributeError(name)
-
-
-def app_engine() -> Engine:
-    """The engine a worker process runs (``--app tests.apps.basic:engine``)."""
-    global _engine
-    if _engine is None:
-        _engine = register(Engine.from_url(namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl"), config=config()))
-    return _engine
+# The engine a worker process runs (``--app tests.apps.basic:engine``).
+app_engine, __getattr__ = lazy_engine(
+    lambda: register(Engine.from_url(namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl"), config=config()))
+)
 
 
 def config() -> Config:

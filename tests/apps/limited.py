@@ -7,23 +7,13 @@ from __future__ import annotations
 import os
 
 from ghostless import Engine, Rate
+from tests.support.apps import lazy_engine
 
 QUEUE = "work"
 RATE = Rate(3, 0.5)  # attempts of "model-api" that may start in any half second
-_engine: Engine | None = None
-
-
-def __getattr__(name: str):
-    if name == "engine":
-        return app_engine()
-    raise AttributeError(name)
-
-
-def app_engine() -> Engine:
-    global _engine
-    if _engine is None:
-        _engine = register(Engine.from_url(namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl")))
-    return _engine
+app_engine, __getattr__ = lazy_engine(
+    lambda: register(Engine.from_url(namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl")))
+)
 
 
 def register(engine: Engine) -> Engine:

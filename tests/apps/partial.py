@@ -8,14 +8,8 @@ import os
 
 from ghostless import Engine
 from tests.apps import basic
+from tests.support.apps import lazy_engine
 
-_engine: Engine | None = None
-
-
-def __getattr__(name: str):
-    global _engine
-    if name != "engine":
-        raise AttributeError(name)
-    if _engine is None:
-        _engine = basic.register(Engine.from_url(namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl")), only=("render",))
-    return _engine
+app_engine, __getattr__ = lazy_engine(
+    lambda: basic.register(Engine.from_url(namespace=os.environ.get("GHOSTLESS_TEST_NS", "gl")), only=("render",))
+)

@@ -1,13 +1,11 @@
 """Expiry (``submit(..., expires_in=)``): a task not started by then ends CANCELLED, reason expired,
 recorded once, by the sweeper at its expiry or by a claim that comes first."""
 
-import threading
-
 import pytest
 
 from ghostless import IllegalTransition, Rate, RateLimited, State, TaskExpired
 from ghostless.core.notify import hand_off
-from ghostless.core.sweep import run_sweeper
+from tests.support.sweeper import sleeping_sweeper
 from tests.support.wait import wait_for_server_time, wait_until
 
 SECRET = "s3cret-for-tests-0123456789"
@@ -139,20 +137,9 @@ def test_an_expiry_sends_its_webhook_once(engine, by):
 
 
 def test_a_sleeping_sweeper_is_woken_for_an_expiry_sooner_than_its_next_look(engine):
-    looks = []
-    due = engine.scripts.due
-    engine.scripts.due = lambda *a: looks.append(1) or due(*a)
-    stop = threading.Event()
-    sweeper = threading.Thread(target=run_sweeper, args=(engine,), kwargs={"interval": 60, "stop": stop})
-    sweeper.start()
-    try:
-        wait_until(lambda: looks, 5, what="the sweeper's first look")  # nothing due: it sleeps 60 s
+    with sleeping_sweeper(engine):  # nothing due: it sleeps 60 s
         task = engine.submit("render", {}, owner="alice", expires_in=0.3)
         wait_until(lambda: engine.get(task.id).status == State.CANCELLED, timeout=10, what="the expiry")
-    finally:
-        stop.set()
-        sweeper.join(10)
-    assert not sweeper.is_alive()
     # Woken by the submit's announcement (an expiry within a second), not after its 60 s interval.
     assert engine.get(task.id).finished_at - task.expires_at < 1.0
 

@@ -2,10 +2,8 @@
 publishes it; engine/core/sweep.py Wake listens), so a short retry is promoted when it is due, not at
 the sweeper's next wake-up."""
 
-import threading
-
-from ghostless.core.sweep import run_sweeper
 from tests.support.snapshots import claimed
+from tests.support.sweeper import sleeping_sweeper
 from tests.support.wait import wait_until
 
 
@@ -38,18 +36,6 @@ def test_a_retry_due_sooner_than_the_wake_window_is_announced_on_its_sets_channe
 
 def test_a_sleeping_sweeper_promotes_a_short_retry_when_it_is_due_not_at_its_next_wake_up(engine):
     task, lease = claimed(engine)
-    looks = []
-    due = engine.scripts.due
-    engine.scripts.due = lambda *a: looks.append(1) or due(*a)
-    stop = threading.Event()
-    sweeper = threading.Thread(target=run_sweeper, args=(engine,), kwargs={"interval": 60, "stop": stop})
-    sweeper.start()
-    try:
-        # The sweeper's tick saw only this lease (30 s away): it sleeps for 30 s.
-        wait_until(lambda: looks, 5, what="the sweeper's first look")
+    with sleeping_sweeper(engine):  # its tick saw only this lease (30 s away): it sleeps for 30 s
         engine.fail(lease, "boom", retry_in=0.2)
         wait_until(lambda: engine.get(task.id).status.value == "PENDING", 10, what="the retry promoted")
-    finally:
-        stop.set()
-        sweeper.join(10)
-    assert not sweeper.is_alive()

@@ -10,15 +10,9 @@ import os
 
 from ghostless import Engine
 from tests.apps import basic
+from tests.support.apps import lazy_engine
 
 MAIL, OTHER = "mail", "other"  # slots 4247 and 11361 (shards 0 and 2); basic's "work": 6132 (shard 1)
-_engine: Engine | None = None
-
-
-def __getattr__(name: str):
-    if name == "engine":
-        return app_engine()
-    raise AttributeError(name)
 
 
 def register_others(engine: Engine, lease: float = basic.LEASE) -> Engine:
@@ -41,8 +35,4 @@ def register(engine: Engine, lease: float = basic.LEASE) -> Engine:
     return register_others(basic.register(engine, lease=lease), lease=lease)
 
 
-def app_engine() -> Engine:
-    global _engine
-    if _engine is None:
-        _engine = register_others(basic.app_engine())  # Engine.from_url(GHOSTLESS_REDIS_URL)
-    return _engine
+app_engine, __getattr__ = lazy_engine(lambda: register_others(basic.app_engine()))  # GHOSTLESS_REDIS_URL
