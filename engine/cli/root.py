@@ -94,16 +94,14 @@ def worker_command(
     app_spec, redis_url, queues, worker_class, burst, name, concurrency, rq_queues, rq_serializer, log_level, log_format
 ):
     """Run RQ workers for the app's queues (all registered queues by default)."""
-    from rq.serializers import resolve_serializer
-
-    from ghostless.execution.worker import plain_rq_queues, run_worker, worker_queues
+    from ghostless.execution.worker import plain_rq_queues, plain_rq_serializer, run_worker, worker_queues
 
     setup_logging(log_level, log_format)  # before the app loads: its start-up checks log
     engine = load_engine(app_spec, redis_url)
     try:  # refused here, once, not in every worker
         names = worker_queues(engine, list(queues) or None, worker_class)
         legacy = plain_rq_queues(engine, list(rq_queues))
-        resolve_serializer(rq_serializer)
+        plain_rq_serializer(rq_serializer)
     except (ValueError, ImportError, AttributeError, NotImplementedError) as e:
         raise click.UsageError(str(e)) from None
 

@@ -23,7 +23,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from rq import SimpleWorker, Worker
-from rq.serializers import JSONSerializer, resolve_serializer
+from rq.serializers import DefaultSerializer, JSONSerializer, resolve_serializer
 from rq.utils import now
 
 from ghostless.core.clients import client_like, no_resends
@@ -281,9 +281,19 @@ def build_worker(
     )
     worker.engine = engine
     worker.legacy_queues = frozenset(legacy)
-    worker.legacy_serializer = resolve_serializer(rq_serializer)
+    worker.legacy_serializer = plain_rq_serializer(rq_serializer)
     runtime.install(engine, worker)
     return worker
+
+
+#: ``--rq-serializer`` names (RQ 2.x's resolve_serializer knows no aliases): RQ's default, pickle, and JSON
+SERIALIZERS = {"pickle": DefaultSerializer, "json": JSONSerializer}
+
+
+def plain_rq_serializer(name: str):
+    """The serializer plain RQ jobs were enqueued with: ``pickle`` (RQ's default), ``json``, or a
+    dotted path to one. ValueError (or ImportError) for a name that is none of them."""
+    return SERIALIZERS.get(name) or resolve_serializer(name)
 
 
 def plain_rq_queues(engine, rq_queues: list[str] | None) -> list[str]:

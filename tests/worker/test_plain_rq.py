@@ -94,3 +94,13 @@ def test_bad_plain_queue_options_are_usage_errors(env, monkeypatch):
     assert own.exit_code == 2 and "not a plain RQ queue name" in own.stderr
     bad = run("--rq-queue", "legacy", "--rq-serializer", "no.such.Serializer")
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def test_the_serializer_names_resolve_on_every_supported_rq():
+    """RQ 2.x (the lowest supported) has no 'pickle'/'json' aliases: every worker refused to start."""
+    from rq.serializers import DefaultSerializer, JSONSerializer
+
+    from ghostless.execution.worker import plain_rq_serializer
+
+    assert plain_rq_serializer("pickle") is DefaultSerializer and plain_rq_serializer("json") is JSONSerializer
+    assert plain_rq_serializer("rq.serializers.JSONSerializer") is JSONSerializer
