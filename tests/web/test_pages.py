@@ -192,7 +192,7 @@ def test_a_retrying_task_says_which_attempt_comes_and_why(client, engine, auth):
 def test_a_task_parked_by_a_rate_limit_says_it_waits_for_its_turn_and_an_expired_one_says_so(client, engine, auth):
     engine.task(name="paint", queue="models", upstream="image-model", breaker=False, rate="1/min")(lambda ctx: None)
     engine.claim(engine.submit("paint", {}, owner="alice").id, "w1")
-    task = engine.submit("paint", {}, owner="alice", expires_in=0.5)
+    task = engine.submit("paint", {}, owner="alice", expires_in=3)  # time for two page renders under load
     assert "unless it has started" in text(page(client, f"/tasks/{task.id}", auth["alice"]))
     with pytest.raises(RateLimited) as busy:
         engine.claim(task.id, "w1")
