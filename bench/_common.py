@@ -290,13 +290,25 @@ def pipelined_claims(engine: Engine, type_name: str, args: dict, owners: list[st
     return [lease_of(tid, worker, r, c[2][1]) for tid, r, c in zip(ids, replies, claims)]
 
 
+#: The working part of the realistic lifecycle (issue 15's memory figure): two stages, one progress
+#: report; the task type must declare both stages.
+REALISTIC_STEPS = (("stage", "render"), ("progress", 0.5, "half"), ("stage", "upload"))
+
+
 def pipelined_lifecycles(
-    engine: Engine, type_name: str, args: dict, result, n: int, batch: int = 100, worker: str = "w1"
+    engine: Engine, type_name: str, args: dict, result, n: int, batch: int = 100, worker: str = "w1", steps=()
 ) -> list[str]:
-    """n full lifecycles in batches: one pipeline of `batch` submits, then claims, then completes."""
+    """n full lifecycles in batches: one pipeline of `batch` submits, then claims, then one per
+    step (``("stage", name)`` or ``("progress", fraction, message)``, Engine.stage/progress), then
+    completes."""
     ids = []
     for start in range(0, n, batch):
         leases = pipelined_claims(engine, type_name, args, ["bench"] * min(batch, n - start), worker)
+        for verb, *step in steps:
+            pipe = engine.redis.pipeline(transaction=False)
+            for lease in leases:
+                engine.scripts._call(*captured_call(engine, getattr(engine, verb), lease, *step), client=pipe)
+            _expect_ok(pipe.execute(), verb)
         pipe = engine.redis.pipeline(transaction=False)
         for lease in leases:
             engine.scripts._call(*complete_call(engine, lease, result), client=pipe)
@@ -321,6 +333,7 @@ def _expect_ok(replies, what: str) -> list:
 __all__ = [
     "AOF_EVERYSEC",
     "ARGS",
+    "REALISTIC_STEPS",
     "RESULT",
     "ROOT",
     "Engine",

@@ -18,6 +18,7 @@ from . import priority
 from .config import DURATION_BUCKETS, WAKE_WITHIN, ms
 from .errors import Code
 from .keys import TaskKeys
+from .models import HISTORY_NAMES
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 
 # package data: a real folder installed, editable or in a checkout
@@ -74,10 +75,17 @@ local CFG = {{stream_max = tonumber(ARGV[1]), history_max = tonumber(ARGV[2]),
 """
 
 
+#: For lua/lib/record.lua only: the short names history entries are stored under (models.py).
+HISTORY_TABLE = (
+    "local HN = {" + ", ".join(f"{long} = '{short}'" for long, short in HISTORY_NAMES.items()) + "}"
+    "  -- engine/core/models.py HISTORY_NAMES\n"
+)
+
+
 @cache
 def source(name: str) -> str:
     """The full text EVALSHA runs for script ``name``."""
-    libs = "\n".join(_lib_text(lib) for lib in needed_libs(name))
+    libs = "\n".join((HISTORY_TABLE if lib == "record" else "") + _lib_text(lib) for lib in needed_libs(name))
     return f"{preamble(name)}\n{libs}\n-- lua/{name}.lua\n{(LUA_DIR / f'{name}.lua').read_text()}"
 
 

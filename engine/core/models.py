@@ -154,6 +154,24 @@ class Lease:
     checkpoints: dict = field(default_factory=dict, compare=False)
 
 
+#: The short names a history entry's fields are stored under (lua/lib/record.lua ``emit``; the Lua
+#: table is generated from this one by engine/core/lua_source.py). A transition's entry has no kind
+#: field. Entries written with the long names (before 0.7) read the same.
+HISTORY_NAMES = {
+    "at": "t", "kind": "k", "verb": "v", "from": "f", "to": "s", "stage": "g", "from_stage": "p",
+    "attempt": "a", "worker": "w", "reason": "r", "by": "b", "token": "n", "error_kind": "e",
+}  # fmt: skip
+_LONG_NAMES = {short: long for long, short in HISTORY_NAMES.items()}
+assert len(_LONG_NAMES) == len(HISTORY_NAMES) and not set(_LONG_NAMES) & set(HISTORY_NAMES)
+
+
+def history_entry(raw) -> dict:
+    """A stored history entry with its long field names (``kind`` included)."""
+    d = {_LONG_NAMES.get(k, k): v for k, v in json.loads(raw).items()}
+    d.setdefault("kind", "transition")
+    return d
+
+
 @dataclass
 class Event:
     """One entry of a task's history (oldest first from Engine.history)."""
@@ -172,7 +190,7 @@ class Event:
 
     @classmethod
     def from_json(cls, raw) -> Event:
-        d = json.loads(raw)
+        d = history_entry(raw)
         known = {"kind", "at", "from", "to", "stage", "attempt", "worker", "reason", "by", "verb"}
         return cls(
             kind=d.get("kind", ""),

@@ -13,7 +13,8 @@ local function finish(reply)
 end
 
 -- Appends an event to the queue stream (always) and to the task history (when `hist`).
--- `ev` holds the event's own fields; empty values are left out to keep entries small.
+-- `ev` holds the event's own fields; empty values are left out to keep entries small, and the
+-- history entry names them by their short names.
 local function emit(K, t, kind, now, ev, hist)
   local fields = {'id', t.id, 'kind', kind, 'owner', t.owner, 'type', t.type,
     'version', t.version, 'at', now}
@@ -24,10 +25,11 @@ local function emit(K, t, kind, now, ev, hist)
     end
   end
   redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', unpack(fields))
-  if hist then
-    local h = {kind = kind, at = now}
+  if hist then  -- under the short names of HN (engine/core/models.py HISTORY_NAMES); kind implied for a transition
+    local h = {[HN.at] = now}
+    if kind ~= 'transition' then h[HN.kind] = kind end
     for k, v in pairs(ev) do
-      if v ~= '' and v ~= nil then h[k] = v end
+      if v ~= '' and v ~= nil then h[HN[k] or k] = v end
     end
     if redis.call('RPUSH', K.history, cjson.encode(h)) > CFG.history_max then
       redis.call('LTRIM', K.history, -CFG.history_max, -1)

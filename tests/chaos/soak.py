@@ -89,6 +89,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ghostless import Config, Engine, IllegalTransition, RedisSetupError, ReplicationTimeout, TaskNotFound  # noqa: E402
+from ghostless.core.models import history_entry  # noqa: E402
 from ghostless.core.states import TERMINAL, State  # noqa: E402
 from tests.chaos.app import WAIT_TIMEOUT, register, type_name  # noqa: E402
 from tests.chaos.backends import BACKENDS  # noqa: E402
@@ -678,7 +679,7 @@ def check_run(engine: Engine, ids: list[str], log_path: str, report: Report, que
         replies = pipe.execute()
         for i, tid in enumerate(chunk):
             h = {a.decode(): b.decode() for a, b in replies[3 * i].items()}
-            history = [json.loads(e) for e in replies[3 * i + 1]]
+            history = [history_entry(e) for e in replies[3 * i + 1]]
             result = json.loads(replies[3 * i + 2]) if replies[3 * i + 2] else None
             if not h:
                 report.lost.append(tid)

@@ -76,6 +76,7 @@ from ghostless import (
 )
 from ghostless.core.errors import AttemptEnded
 from ghostless.core.keys import new_task_id
+from ghostless.core.models import history_entry
 from tests.support.fakes import FakeDispatcher
 from tests.support.wait import server_ms, wait_for_server_time
 
@@ -248,7 +249,7 @@ class TaskMachine(RuleBasedStateMachine):
         return int(self.redis.hget(self.engine.keys.queue_key(queue, "stats"), "stale_rejections") or 0)
 
     def _history(self, task_id: str) -> list[dict]:
-        return [json.loads(e) for e in self.redis.lrange(self.engine.keys.task(task_id).history, 0, -1)]
+        return [history_entry(e) for e in self.redis.lrange(self.engine.keys.task(task_id).history, 0, -1)]
 
     def _unchanged(self, task_id: str, call):
         """Run ``call``, which must change nothing about the task; return what it returned."""
@@ -990,7 +991,7 @@ class TaskMachine(RuleBasedStateMachine):
             assert (dispatch_id or b"").decode() == m.dispatch_id, f"{m.id}: dispatch {dispatch_id}"
             assert len(self.dispatcher.dispatches(m.id) if self.dispatcher else []) == m.jobs, m.id
             m.seen += len(entries)
-            for e in map(json.loads, entries):
+            for e in map(history_entry, entries):
                 to, verb, at = m.last
                 assert int(e["at"]) >= at, f"{m.id}: history goes back in time: {e}"
                 if e["kind"] == "stale":
