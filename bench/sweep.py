@@ -315,7 +315,9 @@ def bench_memory(r) -> dict:
         return None
 
     verify_shim(engine, "job", ARGS, RESULT)
-    ids = pipelined_lifecycles(engine, "job", ARGS, RESULT, MEM_TASKS, 100, steps=REALISTIC_STEPS)
+    # One lifecycle at a time, so the stream holds every kind of event interleaved, as a service's
+    # does (pipelined batches would leave runs of one kind, which Redis stores more compactly).
+    ids = pipelined_lifecycles(engine, "job", ARGS, RESULT, MEM_TASKS, 1, steps=REALISTIC_STEPS)
     sample = ids[-200:]
     per_key = {"task hash": [], "args": [], "result": [], "history": []}
     args_len, result_len = [], []
@@ -334,8 +336,8 @@ def bench_memory(r) -> dict:
     owner_share = usage(r, owner_key) / r.zcard(owner_key)
     stream_bytes, stream_entries = usage(r, k.events), r.xlen(k.events)
     stream_entry = stream_bytes / stream_entries
-    batch_events = 100 * (3 + len(REALISTIC_STEPS))  # the last batch's events, all still in the stream
-    events_per_task = sum(f[b"id"] == ids[-1].encode() for _, f in r.xrevrange(k.events, count=batch_events))
+    last = r.xrevrange(k.events, count=3 + len(REALISTIC_STEPS))  # the last lifecycle's events
+    events_per_task = sum(f[b"id"] == ids[-1].encode() for _, f in last)
     owned = {name: median(v) for name, v in per_key.items()}
     a_len, r_len = median(args_len), median(result_len)
     stream_full = stream_entry * events_per_task  # as if every task's events were kept

@@ -65,7 +65,8 @@ def follow_streams(client, streams: dict[str, str], count: int, block_ms: int) -
 
 def stream_event(queue: str, stream_id, fields: dict) -> dict:
     """A stream entry (lua/lib/record.lua ``emit``) as the JSON the web sends."""
-    f = {text(k): text(v) for k, v in fields.items()}
+    # record.lua writes every field of its layout, '' where the event has none
+    f = {text(k): text(v) for k, v in fields.items() if v not in (b"", "")}
     ev = {
         "stream_id": text(stream_id),
         "queue": queue,

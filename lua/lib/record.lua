@@ -12,14 +12,27 @@ local function finish(reply)
   return reply
 end
 
+-- The fields of every stream entry after id, kind, owner, type, version and at: all of them, in
+-- this order, '' where the event has none (an event's other fields follow). Redis keeps a stream
+-- entry that has its node's first entry's fields as its values alone, so one layout for every kind
+-- stores the names once per node instead of once per entry (engine/core/streams.py drops the '').
+local STREAM_FIELDS = {'verb', 'from', 'to', 'attempt', 'stage', 'worker', 'reason', 'by', 'token', 'from_stage',
+  'progress', 'message', 'error_kind'}
+local IN_LAYOUT = {}
+for _, k in ipairs(STREAM_FIELDS) do IN_LAYOUT[k] = true end
+
 -- Appends an event to the queue stream (always) and to the task history (when `hist`).
--- `ev` holds the event's own fields; empty values are left out to keep entries small, and the
--- history entry names them by their short names.
+-- `ev` holds the event's own fields; the history entry leaves empty values out and names the rest by
+-- their short names.
 local function emit(K, t, kind, now, ev, hist)
   local fields = {'id', t.id, 'kind', kind, 'owner', t.owner, 'type', t.type,
     'version', t.version, 'at', now}
+  for _, k in ipairs(STREAM_FIELDS) do
+    fields[#fields + 1] = k
+    fields[#fields + 1] = ev[k] or ''
+  end
   for k, v in pairs(ev) do
-    if v ~= '' and v ~= nil then
+    if not IN_LAYOUT[k] and v ~= '' then
       fields[#fields + 1] = k
       fields[#fields + 1] = v
     end
