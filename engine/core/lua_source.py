@@ -20,6 +20,7 @@ from .errors import Code
 from .keys import TaskKeys
 from .models import HISTORY_NAMES
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
+from .streams import STREAM_LAYOUT
 
 # package data: a real folder installed, editable or in a checkout
 LUA_DIR = Path(str(resources.files("ghostless.lua")))
@@ -75,17 +76,21 @@ local CFG = {{stream_max = tonumber(ARGV[1]), history_max = tonumber(ARGV[2]),
 """
 
 
-#: For lua/lib/record.lua only: the short names history entries are stored under (models.py).
-HISTORY_TABLE = (
+#: For lua/lib/record.lua only, before its text: the short names of history entries' fields and the
+#: stream entries' field layout, as literals (a table built in a loop would be built on every call).
+RECORD_TABLES = (
     "local HN = {" + ", ".join(f"{long} = '{short}'" for long, short in HISTORY_NAMES.items()) + "}"
     "  -- engine/core/models.py HISTORY_NAMES\n"
+    "local STREAM_FIELDS = {" + ", ".join(f"'{f}'" for f in STREAM_LAYOUT) + "}"
+    "  -- engine/core/streams.py STREAM_LAYOUT\n"
+    f"local IN_LAYOUT = {_lua_set(STREAM_LAYOUT)}\n"
 )
 
 
 @cache
 def source(name: str) -> str:
     """The full text EVALSHA runs for script ``name``."""
-    libs = "\n".join((HISTORY_TABLE if lib == "record" else "") + _lib_text(lib) for lib in needed_libs(name))
+    libs = "\n".join((RECORD_TABLES if lib == "record" else "") + _lib_text(lib) for lib in needed_libs(name))
     return f"{preamble(name)}\n{libs}\n-- lua/{name}.lua\n{(LUA_DIR / f'{name}.lua').read_text()}"
 
 

@@ -63,6 +63,17 @@ def follow_streams(client, streams: dict[str, str], count: int, block_ms: int) -
         time.sleep(POLL_MS / 1000)
 
 
+#: The fields of every stream entry after id, kind, owner, type, version and at: all of them, in
+#: this order, '' where the event has none; an event's other fields follow (lua/lib/record.lua
+#: ``emit``; engine/core/lua_source.py hands this to Lua). Redis keeps an entry that has its node's
+#: first entry's fields as its values alone, so one layout for every kind stores the names once per
+#: node instead of once per entry. ``stream_event`` drops the empty ones.
+STREAM_LAYOUT = (
+    "verb", "from", "to", "attempt", "stage", "worker", "reason", "by", "token", "from_stage", "progress", "message",
+    "error_kind",
+)  # fmt: skip
+
+
 def stream_event(queue: str, stream_id, fields: dict) -> dict:
     """A stream entry (lua/lib/record.lua ``emit``) as the JSON the web sends."""
     # record.lua writes every field of its layout, '' where the event has none

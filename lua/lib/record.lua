@@ -12,22 +12,13 @@ local function finish(reply)
   return reply
 end
 
--- The fields of every stream entry after id, kind, owner, type, version and at: all of them, in
--- this order, '' where the event has none (an event's other fields follow). Redis keeps a stream
--- entry that has its node's first entry's fields as its values alone, so one layout for every kind
--- stores the names once per node instead of once per entry (engine/core/streams.py drops the '').
-local STREAM_FIELDS = {'verb', 'from', 'to', 'attempt', 'stage', 'worker', 'reason', 'by', 'token', 'from_stage',
-  'progress', 'message', 'error_kind'}
-local IN_LAYOUT = {}
-for _, k in ipairs(STREAM_FIELDS) do IN_LAYOUT[k] = true end
-
 -- Appends an event to the queue stream (always) and to the task history (when `hist`).
 -- `ev` holds the event's own fields; the history entry leaves empty values out and names the rest by
 -- their short names.
 local function emit(K, t, kind, now, ev, hist)
   local fields = {'id', t.id, 'kind', kind, 'owner', t.owner, 'type', t.type,
     'version', t.version, 'at', now}
-  for _, k in ipairs(STREAM_FIELDS) do
+  for _, k in ipairs(STREAM_FIELDS) do  -- the one layout of engine/core/streams.py STREAM_LAYOUT
     fields[#fields + 1] = k
     fields[#fields + 1] = ev[k] or ''
   end
@@ -42,7 +33,7 @@ local function emit(K, t, kind, now, ev, hist)
     local h = {[HN.at] = now}
     if kind ~= 'transition' then h[HN.kind] = kind end
     for k, v in pairs(ev) do
-      if v ~= '' and v ~= nil then h[HN[k] or k] = v end
+      if v ~= '' then h[HN[k] or k] = v end
     end
     if redis.call('RPUSH', K.history, cjson.encode(h)) > CFG.history_max then
       redis.call('LTRIM', K.history, -CFG.history_max, -1)
