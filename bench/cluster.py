@@ -63,7 +63,7 @@ from bench._common import (
 )
 from ghostless import Config, GhostlessError, RedisSetupError, ReplicationTimeout
 from tests.support.cluster import Cluster, redis_cli_path
-from tests.support.replicas import PRIMARY_ARGS, attach
+from tests.support.replicas import attach
 
 SIZES = {
     "full": {"rounds": 30, "seconds": 0.5, "procs": 4, "kills": 5, "before_kill": 1.0, "calls": 10000, "smoke": False},
@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     if redis_cli_path() is None:
         raise SystemExit("redis-cli is not installed (apt-get install redis-tools)")
     print(machine())
-    with private_redis() as standalone, private_redis(*PRIMARY_ARGS) as primary, private_redis() as replica:
+    with private_redis() as standalone, private_redis() as primary, private_redis() as replica:
         attach(replica, primary)
         cluster = Cluster(node_timeout_ms=NODE_TIMEOUT_MS).start()
         try:

@@ -42,7 +42,7 @@ from bench._common import (
 )
 from ghostless import Config
 from tests.support.cluster import Cluster, redis_cli_path
-from tests.support.replicas import PRIMARY_ARGS, attach
+from tests.support.replicas import attach
 from tests.support.wait import wait_until
 
 ROUNDS, N = 7, 300
@@ -123,7 +123,7 @@ def compare(label: str, client, node) -> float:
 def main() -> int:
     print(machine())
     print(f"durable bench: {ROUNDS} interleaved rounds of {N} lifecycles (submit, claim, heartbeat, complete)")
-    with private_redis(*AOF_EVERYSEC, *PRIMARY_ARGS) as primary, private_redis() as replica:
+    with private_redis(*AOF_EVERYSEC) as primary, private_redis() as replica:
         attach(replica, primary)
         r = primary.client()
         print(f"primary: {persistence(r)}; replica: {persistence(replica.client())}; both on loopback")

@@ -18,7 +18,7 @@ import pytest
 from ghostless import Config, Engine, LeaseLost, ReplicationTimeout, State, TaskCancelled
 from tests.conftest import register_test_types
 from tests.support.proxy import CutProxy
-from tests.support.replicas import PRIMARY_ARGS, attach, replicated_pair
+from tests.support.replicas import attach, replicated_pair
 from tests.support.snapshots import HOLDER_CALLS
 
 
@@ -116,7 +116,7 @@ def test_a_promoted_replica_that_missed_the_claim_refuses_its_lease(private_redi
 def test_a_failover_that_lost_the_claim_refuses_the_old_workers_lease(private_redis):
     """A real failover: the replication link is cut (a proxy between primary and replica) before
     the claim, the primary is SIGKILLed with the claim unreplicated, the replica is promoted."""
-    primary, replica = private_redis(*PRIMARY_ARGS), private_redis()
+    primary, replica = private_redis(), private_redis()
     proxy = CutProxy(primary.port)
     try:
         attach(replica, primary, port=proxy.port)

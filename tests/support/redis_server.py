@@ -60,6 +60,10 @@ class RedisServer:
             self.appendfsync,
             "--maxmemory-policy",
             "noeviction",
+            # a replica's full sync starts at once (Redis 7 waits 5 s for more replicas by default):
+            # every replica, Sentinel and cluster set-up, and each resync after a failover
+            "--repl-diskless-sync-delay",
+            "0",
             "--logfile",
             os.path.join(self.dir, "redis.log"),
             *self.extra,

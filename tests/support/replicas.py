@@ -8,13 +8,10 @@ from contextlib import contextmanager
 
 from tests.support.wait import wait_until
 
-#: the primary starts a diskless sync at once (Redis 7 waits 5 s for more replicas by default)
-PRIMARY_ARGS = ("--repl-diskless-sync-delay", "0")
-
 
 def replicated_pair(make):
     """(primary, replica) from ``make`` (the ``private_redis`` fixture), the replica in sync."""
-    primary, replica = make(*PRIMARY_ARGS), make()
+    primary, replica = make(), make()
     attach(replica, primary)
     return primary, replica
 
