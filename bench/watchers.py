@@ -302,11 +302,13 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
         count = opts.generators or -(-n // PER_GENERATOR)
         gens = Generators(web.port, watchers[:n], opts.open_timeout, opts.open_timeout + opts.duration + 60, count)
         peak = [0]
+        overflows0 = listen_overflows()
         opened = gens.collect(
             "opened", opts.open_timeout + 20, lambda: peak.__setitem__(0, max(peak[0], web_client_count(client)))
         )
         live = sorted(i for r in opened for i in r["live"])
         ttfe = [ms for r in opened for ms in r["ttfe"]]
+        overflows = listen_overflows() - overflows0
         errors: dict[str, int] = {}
         for r in opened:
             for kind, k in r["errors"].items():
@@ -346,6 +348,7 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
             "web_fds": web.fd_limit(),
             "workers": len(web.pids()),
             "web_log": web.complaints(),
+            "overflows": overflows,
         }
     except Exception:
         print(f"  {label} n={n}: web log tail:\n{web.proc.output()[-2000:]}", file=sys.stderr)
@@ -354,6 +357,18 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
         if gens is not None:
             gens.close()
         web.stop()
+
+
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped because a listen queue was full (TcpExt
+    ListenOverflows, this network namespace's): each one is a browser waiting for its SYN retry
+    (1, 3, 7, 15 s). -1 where /proc does not say."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = [line.split() for line in f if line.startswith("TcpExt:")]
+        return int(dict(zip(lines[0], lines[1]))["ListenOverflows"])
+    except (OSError, KeyError, IndexError, ValueError):
+        return -1
 
 
 # -- report -------------------------------------------------------------------------------------------
@@ -377,7 +392,8 @@ def notes(r: dict, opts) -> list[str]:
         (
             f"  errors by kind: {json.dumps(r['errors'], sort_keys=True) if r['errors'] else 'none'}; "
             f"{r['dropped']} streams ended during delivery; RSS {r['rss0'] / 1024:.0f} -> {r['rss1'] / 1024:.0f} MiB "
-            f"over {r['workers']} worker(s); events sent {r['rate']:.0f}/s"
+            f"over {r['workers']} worker(s); events sent {r['rate']:.0f}/s; connections dropped by a full "
+            f"listen queue while opening (TcpExt ListenOverflows): {r['overflows']}"
         )
     ]
     out.append(

@@ -1,5 +1,7 @@
 """Serving the app: gunicorn's gevent workers by default (each connection a greenlet, up to
-``connections`` per process: thousands of open streams); gunicorn's threaded (gthread) workers
+``connections`` per process: thousands of open streams; accepting in batches, so a reconnect
+storm waits in the process rather than overflowing the kernel's accept queue:
+web/geventworker.py); gunicorn's threaded (gthread) workers
 with ``server="gthread"`` (each stream or long-poll holds a thread: for debugging); Flask's
 threaded development server, with a warning, only when gunicorn is not installed.
 
@@ -25,6 +27,10 @@ import os
 import sys
 
 log = logging.getLogger("ghostless.web")
+# The listen queue: gunicorn's default is 2,048; the kernel caps what is asked at net.core.somaxconn
+# (4,096 by default since Linux 5.4). A reconnect storm of 10,000 pages overflows 2,048 (the pages
+# past it wait 1-15 s for their SYN retries: bench/watchers.py counts ListenOverflows), not 4,096.
+BACKLOG = 65535
 KEEPALIVE = 2  # s an idle kept-alive connection stays open (gevent: also the bound on reading a request head)
 # gevent connections per process: 11,000 streams (held_cap) and 1,000 short requests, within a
 # 20,000 open-files limit with room for Redis, logs and the listener (FD_SPARE).
@@ -210,13 +216,15 @@ def _gevent(app_spec: str, host: str, port: int, workers: int, connections: int)
         "-m",
         "gunicorn",
         "--worker-class",
-        "gevent",
+        f"{package}.geventworker.BatchAcceptGeventWorker",
         "--workers",
         str(workers),
         "--worker-connections",
         str(connections),
         "--bind",
         f"{host}:{port}",
+        "--backlog",
+        str(BACKLOG),
         "--timeout",
         "30",
         "--graceful-timeout",

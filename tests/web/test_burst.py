@@ -75,7 +75,7 @@ def test_a_burst_of_task_pages_all_open_on_the_default_server(redis_server):
             port, pages, timeout=60, during=lambda: connections.append(len(client.client_list()) - others)
         )
         assert outcomes == {"opened": PAGES}, outcomes
-        assert "Using worker: gevent" in proc.output()
+        assert "Using worker: ghostless.web.geventworker.BatchAcceptGeventWorker" in proc.output()
         # Two processes, each a pool of 8 and its stream reader: not one connection per page.
         assert connections and connections[0] <= 2 * 9, connections
     finally:

@@ -302,3 +302,26 @@ def test_a_real_multi_process_web_without_a_key_exits_at_once_with_one_line(redi
         assert "needs GHOSTLESS_SECRET_KEY" in output and "Traceback" not in output and "Booting" not in output
     finally:
         proc.stop()
+
+
+def test_the_gevent_server_accepts_connections_in_batches_with_several_workers(monkeypatch):
+    """gunicorn's own gevent worker takes one connection per loop turn when workers share a socket;
+    in a reconnect storm the kernel's accept queue then overflows and pages wait for SYN retries."""
+    import gunicorn.util
+
+    import ghostless.web.serve as serve_mod
+    from ghostless.web.geventworker import ACCEPT_BATCH, BatchAcceptGeventWorker, BatchAcceptServer
+
+    execs = []
+    monkeypatch.setattr(serve_mod.os, "execv", lambda path, args: execs.append(args))
+    monkeypatch.setattr(serve_mod, "raise_open_files", lambda need: need)
+    monkeypatch.setattr(serve_mod, "_cap_held", lambda slots: None)
+    serve_mod._gevent(APP, "127.0.0.1", 8000, 2, 1000)
+    [args] = execs
+    worker = args[args.index("--worker-class") + 1]
+    assert gunicorn.util.load_class(worker, section="gunicorn.workers") is BatchAcceptGeventWorker
+    assert int(args[args.index("--backlog") + 1]) >= 4096  # the kernel caps it at net.core.somaxconn
+
+    server = BatchAcceptServer(("127.0.0.1", 0), handle=lambda *a: None)
+    server.max_accept = 1  # what gunicorn's GeventWorker.run sets with more than one worker
+    assert server.max_accept == ACCEPT_BATCH > 1
