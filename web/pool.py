@@ -71,8 +71,9 @@ class BoundedEngine:
     def __init__(self, engine, client):
         object.__setattr__(self, "_engine", engine)
         object.__setattr__(self, "redis", client)
-        object.__setattr__(self, "scripts", Scripts(client, engine.config, on_resolve=engine.scripts.on_resolve))
-        object.__setattr__(self, "users", Users(client, engine.keys))
+        scripts = Scripts(client, engine.config, on_resolve=engine.scripts.on_resolve)
+        object.__setattr__(self, "scripts", scripts)
+        object.__setattr__(self, "users", Users(client, engine.keys, scripts))
 
     def __getattr__(self, name: str):
         engine = object.__getattribute__(self, "_engine")

@@ -82,7 +82,7 @@ class Engine(LeaseCalls, Management, Reads):
         self._known_queues: set[str] = set()
         self._unreported: dict[str, str] = {}  # lost jobs not yet reported: task id -> dispatch id
         self._webhook_cache = None
-        self.users = Users(redis, self.keys)
+        self.users = Users(redis, self.keys, self.scripts)
         #: notices a Redis that lost its data (engine/core/epoch.py); adopted at the first submit
         self.data_epoch = DataEpoch(redis, self.keys.data_epoch())
         if check:

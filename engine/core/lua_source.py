@@ -38,6 +38,7 @@ LIBS = (
 SCRIPTS = (
     "submit", "dispatch", "claim", "heartbeat", "stage", "progress", "checkpoint", "complete", "fail", "release",
     "expire", "promote", "park", "resolve", "lapse", "cancel", "edit", "retry", "purge", "overdue", "due", "read",
+    "user",
 )
 # fmt: on
 

@@ -20,7 +20,7 @@ from .config import Config, ms
 from .errors import RedisSetupError, ReplicationTimeout
 
 #: Scripts that write nothing: never followed by WAIT.
-READ_ONLY = frozenset({"read", "due"})
+READ_ONLY = frozenset({"read", "due", "user"})
 
 
 class Waiter:

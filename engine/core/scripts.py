@@ -271,6 +271,11 @@ class Scripts(_Runner):
         return reply[2:-1], int(reply[-1])
 
     # -- reads ----------------------------------------------------------------------------------------
+    def user(self, tokens_key: str, users_key: str, digest: str) -> tuple[bytes, bytes] | None:
+        """(user name, JSON record) of the user a token digest names, or None; one round trip."""
+        reply = self._call("user", [tokens_key, users_key], [digest])
+        return (reply[1], reply[2]) if len(reply) == 3 else None
+
     def read(self, task_keys: dict[str, TaskKeys], owner: str | None, full: bool = False) -> dict[str, list]:
         """Tasks by id (engine/core/plans.py ``reads``): one atomic script per queue, all in one
         round trip without MULTI/EXEC, so it reads a Redis at maxmemory too."""

@@ -38,8 +38,11 @@ def _code_shaped(code: object) -> TypeGuard[str]:
 
 
 class Users:
-    def __init__(self, redis, keys):
-        self.redis, self.keys = redis, keys
+    """``scripts``: the engine's Scripts on the same client (a token's user in one round trip:
+    lua/user.lua)."""
+
+    def __init__(self, redis, keys, scripts):
+        self.redis, self.keys, self.scripts = redis, keys, scripts
 
     def add(self, name: str, admin: bool = False) -> str:
         """Create the user (or keep it) and issue a new API token; returns the token (shown once)."""
@@ -172,9 +175,9 @@ class Users:
         return {d for d, n in zip(digests, names) if n and d in tokens.get(n, ())}
 
     def for_digest(self, digest: str) -> User | None:
-        """The user a token digest belongs to: only while the user's record lists it."""
-        name = self.redis.hget(self.keys.tokens(), digest)
-        raw = self.redis.hget(self.keys.users(), text(name)) if name else None
+        """The user a token digest belongs to: only while the user's record lists it. Every
+        authenticated request and stream opening asks this: one round trip."""
+        name, raw = self.scripts.user(self.keys.tokens(), self.keys.users(), digest) or (None, None)
         if not raw:
             return None
         r = json.loads(raw)

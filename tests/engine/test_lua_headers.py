@@ -15,7 +15,7 @@ from ghostless.core.states import TERMINAL, TRANSITIONS, State
 
 LUA_FILES = sorted(p.stem for p in LUA_DIR.glob("*.lua"))
 # they act on (or read) tasks but move none along the state machine
-NOT_TRANSITIONS = {"purge", "overdue", "due", "read"}
+NOT_TRANSITIONS = {"purge", "overdue", "due", "read", "user"}
 # What lua/lib/lease.lua's check_lease may return: REPLAYED only to ending verbs (complete, fail, release).
 LIB_CHECK_LEASE = set(re.findall(r"\bC\.([A-Z_]+)", (LUA_DIR / "lib" / "lease.lua").read_text())) - {"REPLAYED"}
 # What lua/lib/quota.lua's quota_check may return.

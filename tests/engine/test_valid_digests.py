@@ -4,6 +4,7 @@ trips however many (web/guard.py asks it for every open stream once a second).""
 from __future__ import annotations
 
 from ghostless.core.users import token_digest
+from tests.support.commands import sent_commands
 
 
 def test_only_the_digests_of_live_tokens_are_valid(engine):
@@ -17,13 +18,6 @@ def test_only_the_digests_of_live_tokens_are_valid(engine):
 
 def test_many_digests_cost_two_round_trips(engine, monkeypatch):
     tokens = [engine.users.add(f"user{i}") for i in range(300)]
-    sent = []
-    real = type(engine.redis).execute_command
-
-    def counting(self, *args, **kwargs):
-        sent.append(args[0])
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(engine.redis), "execute_command", counting)
+    sent = sent_commands(monkeypatch, engine.redis)
     assert len(engine.users.valid_digests([token_digest(t) for t in tokens])) == 300
     assert sent == ["HMGET", "HMGET"]
