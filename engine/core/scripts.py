@@ -271,8 +271,9 @@ class Scripts(_Runner):
         return reply[2:-1], int(reply[-1])
 
     # -- reads ----------------------------------------------------------------------------------------
-    def user(self, tokens_key: str, users_key: str, digest: str) -> tuple[bytes, bytes] | None:
-        """(user name, JSON record) of the user a token digest names, or None; one round trip."""
+    def user(self, tokens_key: str, users_key: str, digest: str) -> tuple[Any, Any] | None:
+        """(user name, JSON record) of the user a token digest names, as the client replies them (bytes,
+        or str when it decodes), or None; one round trip."""
         reply = self._call("user", [tokens_key, users_key], [digest])
         return (reply[1], reply[2]) if len(reply) == 3 else None
 

@@ -129,6 +129,7 @@ def test_live_text_loses_its_bidi_controls_and_the_log_out_button_logs_out(site,
     page.goto(base + "/login?next=/tasks")
     page.fill("#token", token)
     page.click("button[type=submit]")
+    page.wait_for_url(base + "/tasks")  # logged in and there: a reload now is not mid-navigation
     task = engine.submit("render", {"prompt": "a cat"}, owner="alice")
     page.reload()  # the list now shows the task's row; its live cells are written by app.js
     expect(page.locator("#live-dot")).to_have_text("live")
