@@ -9,13 +9,12 @@ memory; this one waits one call below the server's loop (bench/watchers.py: thou
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
 import redis
 
-from .broker import Dropped
+from .broker import Dropped, Event, compact_json
 
 log = logging.getLogger("ghostless.web")
 
@@ -26,15 +25,25 @@ def format_event(id: str | None = None, event: str | None = None, data=None, ret
     for name, value in (("id", id), ("event", event)):
         if value is not None:
             value = str(value)
-            if any(c in value for c in "\r\n\0"):
+            if "\n" in value or "\r" in value or "\0" in value:
                 raise ValueError(f"SSE {name} must not contain CR, LF or NUL")
             lines.append(f"{name}: {value}")
     if retry is not None:
         lines.append(f"retry: {int(retry)}")
     if data is not None:
-        text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+        text = data if isinstance(data, str) else data.json if isinstance(data, Event) else compact_json(data)
         lines += [f"data: {line}" for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     return "\n".join(lines) + "\n\n"
+
+
+def event_message(id: str, ev: dict) -> str:
+    """``format_event(id, ev["kind"], ev)``; for a broker's Event, all but the ``id`` line (a task's
+    stream id, or a feed's position: each subscriber's own) is made once for every subscriber."""
+    if not isinstance(ev, Event):
+        return format_event(id, ev["kind"], ev)
+    if ev.message is None:
+        ev.message = format_event(None, ev["kind"], ev)
+    return format_event(id)[:-1] + ev.message
 
 
 def format_comment(text: str) -> str:

@@ -24,9 +24,12 @@ MAX_QUEUES = 1000  # a Last-Event-ID listing more is not one we made
 
 
 class Positions:
+    __slots__ = ("_seen", "base", "queues")
+
     def __init__(self, base: int, queues: dict[str, str] | None = None):
         self.base = base
         self.queues = dict(queues or {})
+        self._seen = {q: parse_stream_id(s) for q, s in self.queues.items()}  # queues' ids, parsed
 
     @classmethod
     def parse(cls, text: object) -> Positions | None:
@@ -51,17 +54,27 @@ class Positions:
 
     def is_new(self, queue: str, stream_id: str) -> bool:
         """True when the event at ``stream_id`` of ``queue`` has not been delivered."""
-        sid = self.queues.get(queue)
-        if sid is None:
-            return parse_stream_id(stream_id) >= (self.base, 0)
-        return parse_stream_id(stream_id) > parse_stream_id(sid)
+        return self._is_new(queue, parse_stream_id(stream_id))
+
+    def _is_new(self, queue: str, parsed: tuple[int, int] | None) -> bool:
+        seen = self._seen.get(queue)
+        return parsed is not None and (parsed > seen if seen is not None else parsed >= (self.base, 0))
 
     def later_than(self, ms: int) -> bool:
         """True when these positions name a time after ``ms`` (ids no stream has written yet)."""
         return self.base > ms or any(parse_stream_id(sid)[0] > ms for sid in self.queues.values())
 
-    def advance(self, queue: str, stream_id: str) -> None:
+    def advance(self, queue: str, stream_id: str, parsed: tuple[int, int] | None = None) -> None:
         self.queues[queue] = stream_id
+        self._seen[queue] = parsed or parse_stream_id(stream_id)
+
+    def take(self, queue: str, stream_id: str) -> bool:
+        """Advance to the event at ``stream_id`` of ``queue`` when it is new (``is_new``); whether it was."""
+        parsed = parse_stream_id(stream_id)
+        if not self._is_new(queue, parsed):
+            return False
+        self.advance(queue, stream_id, parsed)
+        return True
 
     def __str__(self) -> str:
         return ",".join([str(self.base), *(f"{q}:{s}" for q, s in sorted(self.queues.items()))])

@@ -28,7 +28,7 @@ from .api import task_json
 from .auth import require_user, stream_credential
 from .deps import get_broker, get_engine, get_guard
 from .errors import ApiError
-from .eventstream import EventStream, format_comment, format_event
+from .eventstream import EventStream, event_message, format_comment, format_event
 from .held import STREAM, busy_retry_ms, held
 from .positions import Positions
 
@@ -194,7 +194,7 @@ def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, open
         if sid <= sent:
             return None
         sent = sid
-        return format_event(ev["stream_id"], ev["kind"], ev)
+        return event_message(ev["stream_id"], ev)
 
     return render
 
@@ -241,10 +241,9 @@ def _feed_opening(engine, owner: str | None, positions: Positions | None, retry_
                     yield format_event(str(positions), ev["kind"], ev)
 
     def render(ev: dict) -> str | None:
-        if not positions.is_new(ev["queue"], ev["stream_id"]):
+        if not positions.take(ev["queue"], ev["stream_id"]):
             return None
-        positions.advance(ev["queue"], ev["stream_id"])
-        return format_event(str(positions), ev["kind"], ev)
+        return event_message(str(positions), ev)
 
     return render
 

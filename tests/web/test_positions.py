@@ -33,6 +33,18 @@ def test_advancing_lists_the_queue():
     assert str(p) == "5,images:7-0"
 
 
+def test_taking_an_event_advances_only_past_new_ones():
+    """A live feed takes each event once: an old one (before the base, or at or before its queue's
+    id, as after a replay) is refused and leaves the position as it was."""
+    p = Positions.parse("1700000000000,images:1700000000123-4")
+    assert not p.take("images", "1700000000123-4") and not p.take("other", "1699999999999-9")
+    assert str(p) == "1700000000000,images:1700000000123-4"
+    assert p.take("images", "1700000000123-5") and p.take("other", "1700000000000-0")
+    assert not p.take("images", "1700000000123-5") and not p.take("other", "1700000000000-0")
+    assert not p.is_new("images", "1700000000123-5") and p.is_new("images", "1700000000124-0")
+    assert str(p) == "1700000000000,images:1700000000123-5,other:1700000000000-0"
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from ghostless.web.broker import Event
+from ghostless.web.eventstream import event_message
 from ghostless.web.sse import format_comment, format_event
 
 
@@ -46,3 +48,13 @@ def test_a_comment_is_a_colon_line_each():
 
 def test_unicode_data_is_sent_as_json_escapes():
     assert format_event(data={"prompt": "猫 🐱"}) == 'data: {"prompt":"\\u732b \\ud83d\\udc31"}\n\n'
+
+
+def test_a_shared_event_is_sent_as_any_other_with_each_subscribers_own_id():
+    """The broker's Event makes its JSON and message once for all its subscribers: each still gets
+    exactly the message format_event makes, with its own id."""
+    fields = {"kind": "progress", "task_id": "t1", "message": "50%\n", "prompt": "猫"}
+    shared = Event(fields)
+    for id in ("1700000000000-0", "1700000000000,images:1700000000000-0", "1700000000000-0"):
+        assert event_message(id, shared) == format_event(id, "progress", fields) == event_message(id, dict(fields))
+    assert shared == fields and json.loads(shared.json) == fields
