@@ -1,0 +1,69 @@
+"""The gevent server's connections (web/geventworker.py): what they are given arrives whole and in
+order, whether the kernel takes it in one send or the reader is slow."""
+
+from __future__ import annotations
+
+import gevent
+import gevent.socket
+
+from ghostless.web.geventworker import BatchAcceptServer, GeventSocket, QuickSendSocket
+
+
+def test_a_connection_sends_all_it_is_given_in_order_also_past_a_full_send_buffer(monkeypatch):
+    big = bytes(range(256)) * (32 * 1024)  # 8 MiB: more than any send buffer takes at once
+    slow_path = []
+    gevent_sendall = GeventSocket.sendall
+    monkeypatch.setattr(
+        GeventSocket, "sendall", lambda self, data, flags=0: (slow_path.append(len(data)), gevent_sendall(self, data))
+    )
+    kinds = []
+
+    def handle(sock, address):
+        kinds.append(type(sock))
+        sock.sendall(b"retry: 2000\n\n")
+        sock.sendall(bytearray(b"data: {}\n\n"))
+        sock.sendall(memoryview(big))
+        sock.close()
+
+    server = BatchAcceptServer(("127.0.0.1", 0), handle=handle)
+    server.start()
+    try:
+        with gevent.Timeout(30):
+            client = gevent.socket.create_connection(("127.0.0.1", server.server_port))
+            chunks = []
+            while chunk := client.recv(65536):
+                chunks.append(chunk)
+                gevent.sleep(0)  # a reader slower than the writer: the send buffer fills
+            client.close()
+    finally:
+        server.stop()
+    assert kinds == [QuickSendSocket]
+    assert b"".join(chunks) == b"retry: 2000\n\ndata: {}\n\n" + big
+    # the small messages went in one send each; only the rest of the big one waited in gevent's sendall
+    assert len(slow_path) == 1 and 0 < slow_path[0] < len(big)
+
+
+def test_the_worker_tunes_the_collector_once_the_app_is_loaded(monkeypatch):
+    """A thousand streams' objects in flight, collected every 700 new ones, paused the process for a
+    full collection every few seconds (bench/sse.py): the worker collects the young generation
+    more rarely and leaves the loaded app out of every collection."""
+    import gc
+
+    from gunicorn.workers import ggevent
+
+    from ghostless.web.geventworker import GC_GEN0_THRESHOLD, BatchAcceptGeventWorker
+
+    before = gc.get_threshold()
+    seen = []
+    monkeypatch.setattr(ggevent, "StreamServer", ggevent.StreamServer)  # run swaps it
+    monkeypatch.setattr(
+        ggevent.GeventWorker, "run", lambda self: seen.append((gc.get_threshold(), gc.get_freeze_count()))
+    )
+    try:
+        BatchAcceptGeventWorker.run(object.__new__(BatchAcceptGeventWorker))
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+    [(threshold, frozen)] = seen
+    assert threshold == (GC_GEN0_THRESHOLD, *before[1:]) and before[0] < GC_GEN0_THRESHOLD
+    assert frozen > 0  # the app loaded before run is out of every collection
