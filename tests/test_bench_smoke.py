@@ -67,6 +67,19 @@ def test_the_watchers_benchmark_runs(capsys):
     assert "errors by kind:" in out
 
 
+def test_the_broadcast_benchmark_runs(monkeypatch, capsys):
+    need_redis_server()
+    from bench import sse
+
+    monkeypatch.setenv("GHOSTLESS_REDIS_URL", "")  # run_level sets it: restored afterwards
+    assert sse.main(["--levels", "10", "--servers", "ghostless-gevent,ghostless-default", "--events", "5"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("ghostless-")]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("ghostless-gevent", "10", "50/50"),
+        ("ghostless-default", "10", "50/50"),
+    ]
+
+
 def test_the_aio_benchmark_runs(monkeypatch, capsys):
     need_redis_server()
     from bench import aio
