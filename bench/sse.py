@@ -196,9 +196,10 @@ class Clients:
                 stream = _Stream(self.request, self.arrived[i], lambda i=i: ready(i))
                 self.streams.append(stream)
                 opening.append(loop.create_connection(lambda stream=stream: stream, "127.0.0.1", self.port))
-            for result in await asyncio.gather(*opening, return_exceptions=True):
+            results = await asyncio.gather(*opening, return_exceptions=True)
+            for stream, result in zip(self.streams[-len(opening) :], results):
                 if isinstance(result, BaseException):
-                    self.streams[len(self.streams) - len(opening)].ended = repr(result)
+                    stream.ended = repr(result)
             await asyncio.sleep(0.05)
 
     def ended(self) -> list[str]:

@@ -47,16 +47,30 @@ def compact_json(data) -> str:
 
 
 class Event(dict):
-    """One stream event as every subscriber it goes to shares it: the dict, its JSON and its SSE
-    message but the id line (``message``: web/eventstream.py ``event_message``), made once rather
-    than for each subscriber (bench/sse.py: 1,000 subscribers of every event)."""
+    """One stream event as every subscriber it goes to shares it: the dict, read-only (a change by
+    one subscriber would be seen by all, and not in the cached text), its JSON (``text()``) and its
+    SSE message but the id line (``message``: web/eventstream.py ``event_message``), each made once,
+    when a subscriber first sends it, rather than for each subscriber (bench/sse.py: 1,000
+    subscribers of every event)."""
 
-    __slots__ = ("json", "message")
+    __slots__ = ("_json", "message")
 
     def __init__(self, fields: dict):
         super().__init__(fields)
-        self.json = compact_json(self)
+        self._json: str | None = None
         self.message: str | None = None
+
+    def text(self) -> str:
+        """The event as the JSON an SSE message carries."""
+        if self._json is None:
+            self._json = compact_json(self)
+        return self._json
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("a broker Event is shared by its subscribers: copy it (dict(ev)) to change it")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    update = pop = popitem = setdefault = clear = _read_only
 
 
 class Dropped(Exception):

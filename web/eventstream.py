@@ -31,19 +31,19 @@ def format_event(id: str | None = None, event: str | None = None, data=None, ret
     if retry is not None:
         lines.append(f"retry: {int(retry)}")
     if data is not None:
-        text = data if isinstance(data, str) else data.json if isinstance(data, Event) else compact_json(data)
+        text = data if isinstance(data, str) else data.text() if isinstance(data, Event) else compact_json(data)
         lines += [f"data: {line}" for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     return "\n".join(lines) + "\n\n"
 
 
-def event_message(id: str, ev: dict) -> str:
+def event_message(id: str | None, ev: dict) -> str:
     """``format_event(id, ev["kind"], ev)``; for a broker's Event, all but the ``id`` line (a task's
     stream id, or a feed's position: each subscriber's own) is made once for every subscriber."""
     if not isinstance(ev, Event):
         return format_event(id, ev["kind"], ev)
     if ev.message is None:
         ev.message = format_event(None, ev["kind"], ev)
-    return format_event(id)[:-1] + ev.message
+    return ev.message if id is None else format_event(id)[:-1] + ev.message
 
 
 def format_comment(text: str) -> str:

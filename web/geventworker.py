@@ -17,7 +17,8 @@ collection of every stream's objects paused the whole process for 50-100 ms, a f
 
 Its connections' ``sendall`` tries one plain send first (QuickSendSocket): an SSE message is a few
 hundred bytes that the kernel takes whole, and gevent's own sendall spends a ``getsockopt`` call
-and a timer on each (a broadcast makes one per subscriber per event: bench/sse.py).
+on each, and a timer when the socket has a timeout (a broadcast makes one per subscriber per event:
+bench/sse.py).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class QuickSendSocket(GeventSocket):
         view = memoryview(data).cast("B")
         try:
             sent = self._sock.send(view, flags)
-        except BlockingIOError:
+        except OSError:  # the buffer is full, or an error: gevent's sendall raises it as it always has
             sent = 0
         if sent < view.nbytes:
             super().sendall(view[sent:], flags)

@@ -3,10 +3,24 @@ order, whether the kernel takes it in one send or the reader is slow."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import gevent
 import gevent.socket
 
 from ghostless.web.geventworker import BatchAcceptServer, GeventSocket, QuickSendSocket
+
+
+@contextmanager
+def client_of(handle):
+    """A client connection to a BatchAcceptServer serving ``handle``; all within 30 s."""
+    server = BatchAcceptServer(("127.0.0.1", 0), handle=handle)
+    server.start()
+    try:
+        with gevent.Timeout(30):
+            yield gevent.socket.create_connection(("127.0.0.1", server.server_port))
+    finally:
+        server.stop()
 
 
 def test_a_connection_sends_all_it_is_given_in_order_also_past_a_full_send_buffer(monkeypatch):
@@ -25,18 +39,12 @@ def test_a_connection_sends_all_it_is_given_in_order_also_past_a_full_send_buffe
         sock.sendall(memoryview(big))
         sock.close()
 
-    server = BatchAcceptServer(("127.0.0.1", 0), handle=handle)
-    server.start()
-    try:
-        with gevent.Timeout(30):
-            client = gevent.socket.create_connection(("127.0.0.1", server.server_port))
-            chunks = []
-            while chunk := client.recv(65536):
-                chunks.append(chunk)
-                gevent.sleep(0)  # a reader slower than the writer: the send buffer fills
-            client.close()
-    finally:
-        server.stop()
+    with client_of(handle) as client:
+        chunks = []
+        while chunk := client.recv(65536):
+            chunks.append(chunk)
+            gevent.sleep(0)  # a reader slower than the writer: the send buffer fills
+        client.close()
     assert kinds == [QuickSendSocket]
     assert b"".join(chunks) == b"retry: 2000\n\ndata: {}\n\n" + big
     # the small messages went in one send each; only the rest of the big one waited in gevent's sendall
@@ -67,3 +75,28 @@ def test_the_worker_tunes_the_collector_once_the_app_is_loaded(monkeypatch):
     [(threshold, frozen)] = seen
     assert threshold == (GC_GEN0_THRESHOLD, *before[1:]) and before[0] < GC_GEN0_THRESHOLD
     assert frozen > 0  # the app loaded before run is out of every collection
+
+
+def test_a_send_to_a_client_that_left_fails_as_gevent_s_own_does():
+    """The quick send does not hide an error: a client that left makes sendall raise, so the
+    server ends that response (gunicorn closes the connection) instead of writing into nothing."""
+    import socket
+
+    raised = []
+
+    def handle(sock, address):
+        gevent.sleep(0.2)  # the client is gone by now
+        try:
+            for _ in range(100):
+                sock.sendall(b"data: {}\n\n" * 100)
+                gevent.sleep(0.01)
+        except OSError as e:
+            raised.append(type(e))
+        sock.close()
+
+    with client_of(handle) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        client.close()  # a reset: the server's next sends fail
+        while not raised:
+            gevent.sleep(0.05)
+    assert raised[0] in (BrokenPipeError, ConnectionResetError)

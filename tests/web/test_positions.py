@@ -43,6 +43,9 @@ def test_taking_an_event_advances_only_past_new_ones():
     assert not p.take("images", "1700000000123-5") and not p.take("other", "1700000000000-0")
     assert not p.is_new("images", "1700000000123-5") and p.is_new("images", "1700000000124-0")
     assert str(p) == "1700000000000,images:1700000000123-5,other:1700000000000-0"
+    replayed = Positions(5)
+    replayed.advance("q", "7-0")  # as a replay advances: by the id alone
+    assert not replayed.take("q", "7-0") and replayed.take("q", "7-1")
 
 
 @pytest.mark.parametrize(

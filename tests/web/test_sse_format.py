@@ -57,4 +57,20 @@ def test_a_shared_event_is_sent_as_any_other_with_each_subscribers_own_id():
     shared = Event(fields)
     for id in ("1700000000000-0", "1700000000000,images:1700000000000-0", "1700000000000-0"):
         assert event_message(id, shared) == format_event(id, "progress", fields) == event_message(id, dict(fields))
-    assert shared == fields and json.loads(shared.json) == fields
+    assert shared == fields and json.loads(shared.text()) == fields
+    assert event_message(None, shared) == format_event(None, "progress", fields) == shared.message  # made once
+
+
+def test_a_shared_event_cannot_be_changed_by_one_of_its_subscribers():
+    shared = Event({"kind": "progress", "task_id": "t1"})
+    before = event_message("1-0", shared)
+    for change in (
+        lambda: shared.__setitem__("kind", "x"),
+        lambda: shared.update(kind="x"),
+        lambda: shared.pop("kind"),
+        lambda: shared.setdefault("new", 1),
+        lambda: shared.clear(),
+    ):
+        with pytest.raises(TypeError):
+            change()
+    assert event_message("1-0", shared) == before and shared == {"kind": "progress", "task_id": "t1"}
