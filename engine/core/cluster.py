@@ -105,30 +105,32 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple, lua: Lua) -> tuple
     Returns the replies in order (errors in place) and the fewest replicas a WAIT counted after
     calls that ran (None when none ran).
 
-    A call is sent again (``ATTEMPTS`` sends in all) only where nothing ran: NOSCRIPT (the script
-    is loaded on that server first: a promoted replica's cache is empty), MOVED (the slot map takes
-    the new owner it names), ASK (sent to the node named, after ASKING: a slot being migrated), or
-    an owner that could not be reached before anything was sent (the slot map is refreshed: after a
-    failover its replica may serve the slot). TRYAGAIN (a multi-key script while its slot's keys are
-    being migrated) is raised, as other errors are. A connection lost after sending is raised, the
-    slot map refreshed for the next call: the script may have run, and a state-changing script is
-    never sent twice on a guess.
+    A call is sent again only where nothing ran, ``ATTEMPTS`` times in all, and once more after each
+    NOSCRIPT (the script is loaded on that server first: a promoted replica's cache is empty; at
+    most 2 x ATTEMPTS sends), MOVED (the slot map takes the new owner it names), ASK (sent to the
+    node named, after ASKING: a slot being migrated), or an owner that could not be reached before
+    anything was sent (the slot map is refreshed: after a failover its replica may serve the slot).
+    TRYAGAIN (a multi-key script while its slot's keys are being migrated) is raised, as other
+    errors are. A connection lost after sending is raised, the slot map refreshed for the next
+    call: the script may have run, and a state-changing script is never sent twice on a guess.
     """
     out: list[Any] = [None] * len(calls)
     pending, ask = list(range(len(calls))), dict[int, str]()
     acked: int | None = None
-    for attempt in range(ATTEMPTS):
+    attempt = sends = 0  # a resend after NOSCRIPT (its script loaded there) is no attempt of its own
+    while True:
+        sends += 1
         again: list[int] = []
-        refresh = False
+        refresh = counted = False
         for server, asking, indexes in _owners(client, pending, calls, ask):
             try:
                 if server is not client:
                     _reachable(server)
                 *replies, count = lua.send(server, [calls[i] for i in indexes], asking, wait)
             except _NotSent as e:
-                if attempt == ATTEMPTS - 1:
+                if attempt == ATTEMPTS - 1 or sends == 2 * ATTEMPTS:  # the last send
                     raise e.cause from None
-                refresh = True
+                refresh = counted = True
                 again += indexes
                 continue
             except (RedisConnectionError, RedisTimeoutError):
@@ -143,8 +145,10 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple, lua: Lua) -> tuple
                     lua.load(server, calls[i][0])
                 elif isinstance(reply, MovedError):  # before AskError: redis-py's MovedError is one
                     client.nodes_manager.move_slot(reply)
+                    counted = True
                 elif isinstance(reply, AskError):
                     ask[i] = f"{reply.host}:{reply.port}"
+                    counted = True
                 else:
                     ran = True
                     continue
@@ -155,7 +159,8 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple, lua: Lua) -> tuple
                 acked = int(count) if acked is None else min(acked, int(count))
         if refresh:
             client.nodes_manager.initialize()
-        if not again:
+        attempt += counted
+        if not again or attempt >= ATTEMPTS or sends >= 2 * ATTEMPTS:
             break
         pending = again
     return out, acked
