@@ -22,15 +22,19 @@ Usage: ``python bench/sse.py [--levels 100,500,1000] [--servers ...] [--events 1
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench.watchers_load import response_head  # noqa: E402  (the other bench client's parser)
 
 NS = "ssebench"
 SEQ = re.compile(rb"seq=(\d+);")
@@ -117,7 +121,7 @@ def percentile(values: list[float], p: float) -> float:
 
 
 # -- clients ------------------------------------------------------------------------------------------
-class _Stream:
+class _Stream(asyncio.Protocol):
     """One SSE connection (an asyncio protocol: its bytes are scanned as they come, no line reading,
     so the load generator spends a few microseconds per message and its own delay stays out of
     the figures as far as one process allows)."""
@@ -133,22 +137,19 @@ class _Stream:
         transport.write(self.request)
 
     def data_received(self, data: bytes) -> None:
-        import time
-
         now = time.time()
         if not self.open:
             self.head += data
-            end = self.head.find(b"\r\n\r\n")
-            if end < 0:
+            head = response_head(self.head)
+            if head is None:
                 return
-            status = self.head.split(b"\r\n", 1)[0]
-            if b" 200 " not in status:
-                self.ended = f"status {status!r}"
+            status, data = head
+            if status != 200:
+                self.ended = f"status {status}"
                 self.transport.close()
                 return
-            self.open = True
+            self.open, self.head = True, b""
             self.ready()  # headers came: subscribed (ghostless sends them at once)
-            data, self.head = self.head[end + 4 :], b""
         data = self.tail + data  # a seq=N; split over two reads is found whole (setdefault: once)
         found = False
         for m in SEQ.finditer(data):
@@ -158,18 +159,9 @@ class _Stream:
             self.ready()
         self.tail = data[-24:]
 
-    def eof_received(self) -> None:
-        return None
-
     def connection_lost(self, exc) -> None:
         if self.ended is None:
             self.ended = repr(exc) if exc else "closed by the server"
-
-    def pause_writing(self) -> None:
-        pass
-
-    def resume_writing(self) -> None:
-        pass
 
 
 class Clients:
@@ -186,8 +178,6 @@ class Clients:
         self.streams: list[_Stream] = []
 
     async def connect(self, n: int, ready, batch: int = 50) -> None:
-        import asyncio
-
         loop = asyncio.get_running_loop()
         for start in range(0, n, batch):
             opening = []
@@ -214,9 +204,6 @@ class Clients:
 
 # -- one level on one server ----------------------------------------------------------------------------
 def run_level(kind: str, n: int, events: int, rate: float, server) -> dict:
-    import asyncio
-    import time
-
     from tests.support.procs import ROOT as ROOT_DIR, Proc
     from tests.support.redis_server import free_port
     from tests.support.wait import wait_until

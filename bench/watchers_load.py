@@ -34,6 +34,16 @@ import time
 T_MARK = b"t="
 
 
+def response_head(buf: bytes) -> tuple[int, bytes] | None:
+    """(status code, the body's bytes so far) once ``buf`` holds a whole response head, else None.
+    The code is 0 when the status line has none."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    parts = buf[: buf.find(b"\r\n")].split()
+    return (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0), buf[end + 4 :]
+
+
 class Watch(asyncio.Protocol):
     """One task page's stream."""
 
@@ -54,12 +64,10 @@ class Watch(asyncio.Protocol):
         now = time.time()
         self.buf += data
         if self.status is None:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
+            head = response_head(self.buf)
+            if head is None:
                 return
-            parts = self.buf[: self.buf.find(b"\r\n")].split()
-            self.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-            self.buf = self.buf[end + 4 :]
+            self.status, self.buf = head
             if self.status != 200:
                 self.gen.error(self, f"http {self.status}")
                 self.transport.close()

@@ -25,7 +25,6 @@ replicated is lost: docs/operations.md, "Failover: what can be lost").
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -41,30 +40,17 @@ from .pool import own_client
 log = logging.getLogger("ghostless.web.broker")
 
 
-def compact_json(data) -> str:
-    """``data`` as the JSON an SSE message carries (no spaces, ASCII only)."""
-    return json.dumps(data, separators=(",", ":"))
-
-
 class Event(dict):
     """One stream event as every subscriber it goes to shares it: the dict, read-only (a change by
-    one subscriber would be seen by all, and not in the cached text), its JSON (``text()``) and its
-    SSE message but the id line (``message``: web/eventstream.py ``event_message``), each made once,
-    when a subscriber first sends it, rather than for each subscriber (bench/sse.py: 1,000
-    subscribers of every event)."""
+    one subscriber would be seen by all, and not in the cached text), and its SSE message but the
+    id line (``message``: web/eventstream.py ``event_message``), made when a subscriber first
+    sends it rather than for each subscriber (bench/sse.py: 1,000 subscribers of every event)."""
 
-    __slots__ = ("_json", "message")
+    __slots__ = ("message",)
 
     def __init__(self, fields: dict):
         super().__init__(fields)
-        self._json: str | None = None
         self.message: str | None = None
-
-    def text(self) -> str:
-        """The event as the JSON an SSE message carries."""
-        if self._json is None:
-            self._json = compact_json(self)
-        return self._json
 
     def _read_only(self, *args, **kwargs):
         raise TypeError("a broker Event is shared by its subscribers: copy it (dict(ev)) to change it")

@@ -9,12 +9,13 @@ memory; this one waits one call below the server's loop (bench/watchers.py: thou
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
 import redis
 
-from .broker import Dropped, Event, compact_json
+from .broker import Dropped, Event
 
 log = logging.getLogger("ghostless.web")
 
@@ -31,7 +32,7 @@ def format_event(id: str | None = None, event: str | None = None, data=None, ret
     if retry is not None:
         lines.append(f"retry: {int(retry)}")
     if data is not None:
-        text = data if isinstance(data, str) else data.text() if isinstance(data, Event) else compact_json(data)
+        text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
         lines += [f"data: {line}" for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     return "\n".join(lines) + "\n\n"
 

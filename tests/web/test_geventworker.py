@@ -82,21 +82,26 @@ def test_a_send_to_a_client_that_left_fails_as_gevent_s_own_does():
     server ends that response (gunicorn closes the connection) instead of writing into nothing."""
     import socket
 
+    import gevent.event
+
+    left, done = gevent.event.Event(), gevent.event.Event()
     raised = []
 
     def handle(sock, address):
-        gevent.sleep(0.2)  # the client is gone by now
+        left.wait()  # the client has reset the connection
         try:
-            for _ in range(100):
+            for _ in range(100):  # the first sends may still go out before the reset is seen
                 sock.sendall(b"data: {}\n\n" * 100)
                 gevent.sleep(0.01)
         except OSError as e:
             raised.append(type(e))
-        sock.close()
+        finally:
+            sock.close()
+            done.set()
 
     with client_of(handle) as client:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-        client.close()  # a reset: the server's next sends fail
-        while not raised:
-            gevent.sleep(0.05)
-    assert raised[0] in (BrokenPipeError, ConnectionResetError)
+        client.close()  # linger 0: a reset
+        left.set()
+        done.wait()
+    assert raised and raised[0] in (BrokenPipeError, ConnectionResetError)
