@@ -23,8 +23,9 @@
   EventSource reconnects, and a refused long-poll's Retry-After. These four also come from the
   environment variables of the same names (so ``ghostless web`` can set them).
 - ``GHOSTLESS_REDIS_CONNECTIONS`` (8; 0: the app's own client), ``GHOSTLESS_REDIS_WAIT`` (30 s): the
-  web's bounded Redis pool and how long a request waits for a connection (web/pool.py); also
-  from the environment.
+  web's bounded Redis pool and how long a request waits for a connection (web/pool.py);
+  ``GHOSTLESS_REDIS_BATCH`` (200; 0: one by one): the most credential and snapshot reads of
+  concurrent requests sent in one pipeline (web/coalesce.py); all three also from the environment.
 - ``GHOSTLESS_READY_SWEEPER_AGE`` (30 s; also from the environment): ``/readyz`` wants a sweeper
   tick within it; 0: no sweeper check (web/health.py).
 - ``GHOSTLESS_METRICS_TOKEN`` (else env of that name): the bearer token Prometheus scrapes

@@ -27,7 +27,7 @@ from flask import Blueprint, current_app, g, jsonify, redirect, render_template,
 from ghostless.core.text import text_or_none
 from ghostless.core.users import User, token_digest
 
-from . import limits
+from . import coalesce, limits
 from .bodies import json_body
 from .deps import get_engine
 from .errors import ApiError
@@ -63,7 +63,7 @@ def _session_key(sid: object) -> str | None:
 def _session_user() -> User | None:
     """The cookie session's user, while the session is live in Redis (not logged out, not expired)."""
     key, digest = _session_key(session.get("sid")), session.get("digest")
-    stored = get_engine().redis.get(key) if key else None
+    stored = coalesce.read(get_engine(), "GET", key) if key else None
     if stored is None or not isinstance(digest, str) or text_or_none(stored) != digest:
         return None
     return user_for_digest(get_engine(), digest)

@@ -38,7 +38,10 @@ class Deps:
                     if engine is None:
                         engine = load_app(self.config.get("GHOSTLESS_APP"))
                     self._engine = bounded_engine(
-                        engine, self.config["GHOSTLESS_REDIS_CONNECTIONS"], self.config["GHOSTLESS_REDIS_WAIT"]
+                        engine,
+                        self.config["GHOSTLESS_REDIS_CONNECTIONS"],
+                        self.config["GHOSTLESS_REDIS_WAIT"],
+                        self.config["GHOSTLESS_REDIS_BATCH"],
                     )
         return self._engine
 

@@ -8,7 +8,9 @@ opener. The web instead serves the app's engine through a copy of its client
 ``GHOSTLESS_REDIS_CONNECTIONS`` connections (8; on a cluster, per node): a request waits up to
 ``GHOSTLESS_REDIS_WAIT`` seconds (30) for one, then gets ``redis.ConnectionError`` (a
 ``MaxConnectionsError``; a stream opener answers it with an EventSource retry, web/sse.py).
-0 connections: the app's engine as it is.
+0 connections: the app's engine as it is. Its reads of a token's user, a session and a task's
+snapshot go through a Coalescer (web/coalesce.py): every such read of the moment in one
+pipeline, at most ``GHOSTLESS_REDIS_BATCH`` (200) a time.
 
 The app's engine may be the user's own object (``Engine.from_url`` in their module), so it is
 not changed: ``BoundedEngine`` reads it through its own client. The broker's reader has a
@@ -23,7 +25,9 @@ from ghostless.core.cluster import is_cluster
 from ghostless.core.scripts import Scripts
 from ghostless.core.users import Users
 
-DEFAULTS = {"GHOSTLESS_REDIS_CONNECTIONS": 8, "GHOSTLESS_REDIS_WAIT": 30.0}
+from .coalesce import CoalescedScripts, Coalescer
+
+DEFAULTS = {"GHOSTLESS_REDIS_CONNECTIONS": 8, "GHOSTLESS_REDIS_WAIT": 30.0, "GHOSTLESS_REDIS_BATCH": 200}
 
 
 def own_client(client, socket_timeout: float):
@@ -33,9 +37,11 @@ def own_client(client, socket_timeout: float):
     return client_like(client, max_connections=2, socket_timeout=timeout)
 
 
-def bounded_engine(engine, connections: int, wait: float):
+def bounded_engine(engine, connections: int, wait: float, batch: int = DEFAULTS["GHOSTLESS_REDIS_BATCH"]):
     """``engine`` read through a client of at most ``connections`` connections (on a cluster: per
-    node), each request waiting up to ``wait`` seconds for one; ``engine`` itself with 0 connections."""
+    node), each request waiting up to ``wait`` seconds for one, its reads of a token's user and
+    a task's snapshot sent together, up to ``batch`` in a pipeline (0: one by one); ``engine``
+    itself with 0 connections."""
     if not connections:
         return engine
     client = client_like(engine.redis, max_connections=int(connections), wait=float(wait))
@@ -44,7 +50,8 @@ def bounded_engine(engine, connections: int, wait: float):
     # it is used again: the dispatcher's submits, the data epoch).
     for pool in _pools(engine.redis):
         pool.disconnect(inuse_connections=False)
-    return BoundedEngine(engine, client)
+    coalescer = Coalescer(client, float(wait) + (_socket_timeout(client) or 10.0), int(batch)) if batch else None
+    return BoundedEngine(engine, client, coalescer)
 
 
 def _pools(client) -> list:
@@ -68,10 +75,14 @@ class BoundedEngine:
 
     _OWN = ("redis", "scripts", "users")
 
-    def __init__(self, engine, client):
+    def __init__(self, engine, client, coalescer: Coalescer | None = None):
         object.__setattr__(self, "_engine", engine)
         object.__setattr__(self, "redis", client)
-        scripts = Scripts(client, engine.config, on_resolve=engine.scripts.on_resolve)
+        on_resolve = engine.scripts.on_resolve
+        if coalescer is None:
+            scripts = Scripts(client, engine.config, on_resolve=on_resolve)
+        else:
+            scripts = CoalescedScripts(client, engine.config, coalescer, on_resolve=on_resolve)
         object.__setattr__(self, "scripts", scripts)
         object.__setattr__(self, "users", Users(client, engine.keys, scripts))
 

@@ -274,7 +274,7 @@ class Scripts(_Runner):
     def user(self, tokens_key: str, users_key: str, digest: str) -> tuple[Any, Any] | None:
         """(user name, JSON record) of the user a token digest names, as the client replies them (bytes,
         or str when it decodes), or None; one round trip."""
-        reply = self._call("user", [tokens_key, users_key], [digest])
+        reply = self._read("user", [tokens_key, users_key], [digest])
         return (reply[1], reply[2]) if len(reply) == 3 else None
 
     def read(self, task_keys: dict[str, TaskKeys], owner: str | None, full: bool = False) -> dict[str, list]:
@@ -283,13 +283,16 @@ class Scripts(_Runner):
         calls = plans.reads(task_keys, owner, full)
         if len(calls) == 1:  # EVALSHA itself: one round trip (a pipeline of scripts asks SCRIPT EXISTS first)
             plan = calls[0][1]
-            raws = [self._scripts[plan.name](keys=plan.keys, args=[*self._cfg, *plan.args])]
-        else:
-            pipe = self.pipeline()
-            for _ids, plan in calls:
-                self._call(plan.name, plan.keys, plan.args, client=pipe)
-            raws = pipe.execute() if calls else []
-        return plans.read_replies(calls, [parse(r) for r in raws])
+            return plans.read_replies(calls, [self._read(plan.name, plan.keys, plan.args)])
+        pipe = self.pipeline()
+        for _ids, plan in calls:
+            self._call(plan.name, plan.keys, plan.args, client=pipe)
+        return plans.read_replies(calls, [parse(r) for r in (pipe.execute() if calls else [])])
+
+    def _read(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list:
+        """The parsed reply of read-only script ``name`` (``user``, ``read``), by EVALSHA; a
+        subclass may send it otherwise (web/coalesce.py: in a pipeline with other callers')."""
+        return parse(self._scripts[name](keys=list(keys), args=[*self._cfg, *args]))
 
 
 class AsyncScripts(_Runner):

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import pytest
 import redis
 
 from ghostless import Engine
 from ghostless.core.sweepers import record_tick
-from ghostless.web import close_app, create_app
+from ghostless.web import close_app, create_app, queries as wq
 from ghostless.web.broker import Broker
 from ghostless.web.positions import Positions
 from tests.conftest import register_test_types
@@ -91,6 +92,28 @@ def test_on_a_cluster_the_json_api_submits_and_reads_tasks_on_both_shards(on_clu
         assert (got["status"], got["owner"], engine.get(task_id).queue) == ("PENDING", "alice", queue)
     listed = client.get("/api/tasks", headers=auth).get_json()["tasks"]
     assert len(listed) == 2
+
+
+def test_on_a_cluster_concurrent_openings_read_both_shards_tasks_through_shared_pipelines(on_cluster):
+    engine, app, _auth = on_cluster
+    web = app.extensions["ghostless"].engine
+    tasks = [
+        engine.submit(type_name, {}, owner=owner) for type_name in ("render", "brief") for owner in ("alice", "bob")
+    ]
+    tasks *= 5
+    start, out = threading.Barrier(len(tasks)), [None] * len(tasks)
+
+    def read(i, task):
+        start.wait()
+        out[i] = wq.snapshot(web, task.id, "alice")
+
+    threads = [threading.Thread(target=read, args=(i, t)) for i, t in enumerate(tasks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert [s[0] and s[0].id for s in out] == [t.id if t.owner == "alice" else None for t in tasks]
+    assert 1 <= web.scripts.coalescer.pipelines <= len(tasks)
 
 
 def test_through_sentinel_a_stream_goes_on_after_the_primary_fails_over(sentinels):

@@ -1,0 +1,158 @@
+"""The web's coalesced reads (web/coalesce.py): the reads of many concurrent requests (a token's
+user, a task's snapshot) go to Redis in one pipeline, each caller gets its own answer or error,
+and a stuck or failing Redis answers every caller in time rather than hanging one."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import redis
+
+from ghostless import Engine, State
+from ghostless.web import coalesce, queries as wq
+from ghostless.web.coalesce import CoalescedScripts, Coalescer
+from ghostless.web.pool import bounded_engine
+from tests.conftest import register_test_types
+from tests.support.wait import wait_until
+
+from .helpers import task_in
+
+
+def _in_threads(target, args_list) -> tuple[list, list[threading.Thread]]:
+    """Start ``target(*args)`` per args in a thread each: (their results or errors, the threads)."""
+    out = [None] * len(args_list)
+
+    def run(i, args):
+        try:
+            out[i] = target(*args)
+        except Exception as e:  # noqa: BLE001 - the caller asserts on it
+            out[i] = e
+
+    threads = [threading.Thread(target=run, args=(i, a), daemon=True) for i, a in enumerate(args_list)]
+    for t in threads:
+        t.start()
+    return out, threads
+
+
+def _join(threads) -> None:
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_the_web_reads_users_and_snapshots_through_a_coalescer_and_batch_0_turns_it_off(make_app):
+    web = make_app().extensions["ghostless"].engine
+    assert isinstance(web.scripts, CoalescedScripts) and web.users.scripts is web.scripts
+    assert web.scripts.coalescer.limit == 200 and web.scripts.coalescer.client is web.redis
+    plain = make_app(GHOSTLESS_REDIS_BATCH=0).extensions["ghostless"].engine
+    assert not isinstance(plain.scripts, CoalescedScripts)
+
+
+def test_reads_queued_while_a_pipeline_waits_go_in_the_next_one_and_each_caller_gets_its_own(engine, tokens):
+    web = bounded_engine(engine, 1, 10.0)
+    coalescer = web.scripts.coalescer
+    tasks = [task_in(engine, State.PENDING, owner=name) for name in ("alice", "bob") * 10]
+    held = web.redis.connection_pool.get_connection()  # the sender's first pipeline waits for it
+    try:
+        first, first_threads = _in_threads(web.users.authenticate, [(tokens["root"],)])
+        wait_until(lambda: not coalescer._queue and coalescer._sender is not None, what="the first read taken")
+        snaps, threads = _in_threads(lambda t: wq.snapshot(web, t.id, t.owner), [(t,) for t in tasks])
+        sent = [tokens["alice"], tokens["bob"], "gl_not-a-token-of-anyone"]
+        users, more = _in_threads(web.users.authenticate, [(token,) for token in sent])
+        wait_until(lambda: len(coalescer._queue) == len(tasks) + 3, what="every other read queued")
+    finally:
+        web.redis.connection_pool.release(held)
+    _join(first_threads + threads + more)
+    assert first[0].name == "root" and first[0].admin
+    assert [(s[0].id, s[0].owner) for s in snaps] == [(t.id, t.owner) for t in tasks]
+    assert all(s[1][-1].to == "PENDING" for s in snaps)  # each with its own history
+    assert [u and u.name for u in users] == ["alice", "bob", None]
+    assert coalescer.pipelines == 2  # the first read alone, then the 23 queued behind it together
+
+
+def test_another_owners_task_stays_hidden_when_read_in_the_same_pipeline_as_the_owners(engine):
+    web = bounded_engine(engine, 2, 10.0)
+    task = task_in(engine, State.PENDING, owner="alice")
+    out, threads = _in_threads(lambda owner: wq.snapshot(web, task.id, owner), [("bob",), ("alice",)] * 20)
+    _join(threads)
+    assert [s[0] is None for s in out] == [True, False] * 20
+
+
+def test_a_commands_own_error_goes_to_its_caller_only(engine):
+    coalescer = Coalescer(engine.redis, timeout=10.0, limit=10)
+    engine.redis.hset("t:a-hash", "f", "v")
+    engine.redis.set("t:a-string", "x")
+    calls = [("GET", "t:a-hash"), ("GET", "t:a-string")] * 5
+    out, threads = _in_threads(coalescer.execute, calls)
+    _join(threads)
+    assert all(isinstance(r, redis.ResponseError) and "WRONGTYPE" in str(r) for r in out[::2])
+    assert set(out[1::2]) == {b"x"}
+
+
+def test_a_script_the_server_has_forgotten_is_loaded_and_answered(engine, tokens):
+    web = bounded_engine(engine, 2, 10.0)
+    web.redis.script_flush()
+    assert web.users.authenticate(tokens["alice"]).name == "alice"
+    assert web.scripts.coalescer.pipelines == 1
+
+
+def test_a_pipeline_that_cannot_get_a_connection_in_time_raises_to_every_caller_in_it(engine, tokens):
+    web = bounded_engine(engine, 1, 0.2)
+    held = web.redis.connection_pool.get_connection()
+    try:
+        out, threads = _in_threads(web.users.authenticate, [(tokens["alice"],)] * 5)
+        _join(threads)
+    finally:
+        web.redis.connection_pool.release(held)
+    assert all(isinstance(e, redis.ConnectionError) for e in out), out
+    assert web.users.authenticate(tokens["alice"]).name == "alice"  # and it serves again once one is free
+
+
+def test_a_read_not_answered_in_time_raises_a_timeout_and_later_reads_are_served(engine, tokens):
+    web = bounded_engine(engine, 1, 10.0)
+    web.scripts.coalescer.timeout = 0.1
+    held = web.redis.connection_pool.get_connection()
+    try:
+        with pytest.raises(redis.TimeoutError, match=r"not answered within 0\.1s"):
+            web.users.authenticate(tokens["alice"])
+    finally:
+        web.redis.connection_pool.release(held)
+    web.scripts.coalescer.timeout = 10.0
+    assert web.users.authenticate(tokens["bob"]).name == "bob"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_reads_through_a_sender_of_its_own(redis_server):
+    client = redis_server.client()
+    client.flushall()
+    user_engine = register_test_types(Engine(client, namespace="t", dispatcher=None))
+    tokens = {name: user_engine.users.add(name) for name in ("alice", "bob")}
+    web = bounded_engine(user_engine, 2, 10.0)
+    assert web.users.authenticate(tokens["alice"]).name == "alice"  # the parent's sender runs
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: its answer through the pipe, then out
+        try:
+            user = web.users.authenticate(tokens["bob"])
+            os.write(write, (user.name if user else "none").encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        with os.fdopen(read) as answer:
+            assert answer.read() == "bob"
+    finally:
+        os.waitpid(pid, 0)
+        client.close()
+
+
+def test_a_cookie_sessions_read_goes_through_the_coalescer_of_the_webs_engine(app, engine, tokens):
+    client = app.test_client()
+    assert client.post("/login", data={"token": tokens["alice"]}).status_code in (302, 303)
+    web = app.extensions["ghostless"].engine
+    before = web.scripts.coalescer.pipelines
+    assert client.get("/api/me").get_json()["user"] == "alice"
+    assert web.scripts.coalescer.pipelines == before + 2  # the session's GET, then the token's user
+    assert coalesce.read(engine, "GET", "t:nothing-here") is None  # an engine without one: sent alone

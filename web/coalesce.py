@@ -1,0 +1,117 @@
+"""The web's reads sent together: every request's credential and snapshot reads of the moment in one pipeline.
+
+A reconnect storm opens thousands of streams at once, each with two reads (its credential, its
+snapshot). Sent one by one, each read is one of redis-py's commands: a connection taken from the
+pool (or a wait for one), a send, a timeout armed, a receive. The Coalescer's one sender thread
+(a greenlet under gevent) sends every read queued while its previous pipeline was in flight in
+the next one, at most ``limit`` a time, on one pooled connection, and hands each caller its
+reply. A read with nothing else queued goes out at once, in a pipeline of one. Only reads go
+through it: a pipeline is not a transaction, and nothing here retries a write.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+
+import redis
+from redis.exceptions import NoScriptError
+
+from ghostless.core.replies import parse
+from ghostless.core.scripts import Scripts
+
+
+class _Call:
+    __slots__ = ("command", "done", "outcome", "script")
+
+    def __init__(self, command: tuple, script):
+        self.command, self.script = command, script  # script: (Script, keys, args) of an EVALSHA
+        self.done = threading.Event()
+        self.outcome = None  # the reply, or the exception to raise
+
+    def settle(self, outcome) -> None:
+        self.outcome = outcome
+        self.done.set()
+
+
+class Coalescer:
+    """``execute(*command)``: the reply of one read command, sent in one pipeline with the others
+    queued meanwhile; ``script(script, keys, args)``: a read-only script's, by EVALSHA (loaded
+    when the server does not have it). A caller waits at most ``timeout`` seconds (then
+    ``redis.TimeoutError``); an error of the pipeline (Redis unreachable, the pool busy) is raised
+    to every caller in it, a command's own error to its caller."""
+
+    def __init__(self, client, timeout: float, limit: int):
+        self.client, self.timeout, self.limit = client, timeout, limit
+        self._queue: deque[_Call] = deque()
+        self._wake = threading.Condition(threading.Lock())
+        self._sender: threading.Thread | None = None
+        self._pid = os.getpid()
+        self.pipelines = 0  # sent so far (tests, metrics)
+
+    def execute(self, *command):
+        return self._call(_Call(command, None))
+
+    def script(self, script, keys, args):
+        keys, args = list(keys), list(args)
+        return self._call(_Call(("EVALSHA", script.sha, len(keys), *keys, *args), (script, keys, args)))
+
+    def _call(self, call: _Call):
+        with self._wake:
+            self._queue.append(call)
+            if self._sender is None or self._pid != os.getpid():  # none yet, or not in this (forked) process
+                self._pid = os.getpid()
+                self._sender = threading.Thread(target=self._run, name="ghostless-coalesce", daemon=True)
+                self._sender.start()
+            self._wake.notify()
+        if not call.done.wait(self.timeout):
+            raise redis.TimeoutError(f"Redis read not answered within {self.timeout:g}s")
+        if isinstance(call.outcome, BaseException):
+            raise call.outcome
+        return call.outcome
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue:
+                    self._wake.wait()
+                batch = [self._queue.popleft() for _ in range(min(self.limit, len(self._queue)))]
+            try:
+                self._send(batch)
+            except Exception as e:  # noqa: BLE001 - the pipeline's error goes to every caller in it; the sender goes on
+                for call in batch:
+                    call.settle(e)
+
+    def _send(self, batch: list[_Call]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for call in batch:
+            pipe.execute_command(*call.command)
+        replies = pipe.execute(raise_on_error=False)
+        self.pipelines += 1
+        for call, reply in zip(batch, replies):
+            if isinstance(reply, NoScriptError) and call.script is not None:
+                script, keys, args = call.script
+                try:
+                    reply = script(keys=keys, args=args)  # loads it, then runs it
+                except redis.RedisError as e:
+                    reply = e
+            call.settle(reply)
+
+
+def read(engine, *command):
+    """The reply of read ``command`` on ``engine``: through its scripts' coalescer when it has one
+    (the web's bounded engine), else sent alone."""
+    coalescer = getattr(engine.scripts, "coalescer", None)
+    return engine.redis.execute_command(*command) if coalescer is None else coalescer.execute(*command)
+
+
+class CoalescedScripts(Scripts):
+    """The engine's scripts, whose reads (a token's user, a task's snapshot) go through ``coalescer``."""
+
+    def __init__(self, client, config, coalescer: Coalescer, on_resolve=None):
+        super().__init__(client, config, on_resolve=on_resolve)
+        self.coalescer = coalescer
+
+    def _read(self, name, keys, args) -> list:
+        return parse(self.coalescer.script(self._scripts[name], keys, [*self._cfg, *args]))
