@@ -3,7 +3,8 @@
 Each benchmark measures ghostless beside its baseline (a trivial EVALSHA, plain RQ, flask-sse) in
 the same run and prints its figures with their targets; this collects their output as is, with the
 machine, the load average while each ran, when and how long each took. ``make bench ARGS=sse.py``
-runs one and replaces only its section of docs/benchmarks.md.
+runs one and replaces only its section of docs/benchmarks.md (``ARGS="'watchers.py --resume'"``:
+one that takes arguments, named with them).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ BENCHES = [  # (script, what it measures)
     ("durable.py", "what wait_replicas=1 costs per lifecycle: a primary and its replica, WAIT vs no WAIT"),
     ("aio.py", "AsyncEngine.submit and get beside the Engine's; the RQ dispatch in a worker thread"),
     ("watchers.py", "N task pages opened at once on the default `ghostless web`, then 1,000 progress events/s"),
+    (
+        "watchers.py --resume",
+        "the same pages reconnecting at once with Last-Event-ID, as after a web restart, each having missed one event",
+    ),
     ("cluster.py", "6 queues on a 3-shard Redis Cluster vs one redis-server; a master SIGKILLed under load"),
 ]
 
@@ -43,7 +48,11 @@ def main(argv: list[str]) -> int:
         start = time.monotonic()
         print(f"== bench/{script}: {what}", flush=True)
         run = subprocess.run(
-            [sys.executable, str(ROOT / "bench" / script)], cwd=ROOT, capture_output=True, text=True, timeout=1800
+            [sys.executable, str(ROOT / "bench" / script.split()[0]), *script.split()[1:]],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=1800,
         )
         took = time.monotonic() - start
         output = (run.stdout + ("\n" + run.stderr if run.returncode else "")).strip()

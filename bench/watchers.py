@@ -20,10 +20,16 @@ Per size N, on a private redis-server (AOF, fsync every second: what ghostless r
    in its message; delivery latency at the receivers p50/p99/max. Events not in by ``GRACE`` s
    after the last send count as missing.
 
+With ``--resume`` the pages reconnect as browsers do after a web restart: before they open, the
+bench notes the queue stream's newest id and sends one progress event per task; every page then
+opens with that ``Last-Event-ID`` and counts as open when the event it missed arrives (or a
+snapshot). The bench's own engine keeps 4 x N events per queue stream for that run, so the missed
+events are replayed rather than answered by a snapshot for a trimmed stream.
+
 Each size is bounded in time: at most ``--open-timeout`` + ``--duration`` + about 40 s.
 
 Usage: ``python bench/watchers.py [--n 1000,2000,5000,10000] [--variant label=FLAGS ...]
-[--duration 30] [--rate 1000] [--open-timeout 30] [--quick]``. Targets (issue 12, checked at
+[--duration 30] [--rate 1000] [--open-timeout 30] [--resume] [--quick]``. Targets (issue 12, checked at
 every size; a miss exits 1, a size that could not be measured 2): all opened within 10 s, 0 errors, delivery p99 <=
 100 ms,
 <= 32 KiB per idle watcher, <= 10 Redis connections per web process.
@@ -200,7 +206,7 @@ def web_client_count(client) -> int:
 class Generators:
     """The load-generator processes, each given its share of the pages, all starting at one instant."""
 
-    def __init__(self, port: int, watchers, open_timeout: float, hard_stop_in: float, count: int):
+    def __init__(self, port: int, watchers, open_timeout: float, hard_stop_in: float, count: int, last_event_id=None):
         self.start_at = time.time() + 1.5  # every process is up and has read its config by then
         self.procs, self.lines = [], queue.Queue()
         for g in range(count):
@@ -211,6 +217,7 @@ class Generators:
                 "start_at": self.start_at,
                 "open_timeout": open_timeout,
                 "hard_stop": self.start_at + hard_stop_in,
+                "last_event_id": last_event_id,
             }
             p = subprocess.Popen(
                 [sys.executable, str(ROOT / "bench" / "watchers_load.py")],
@@ -288,6 +295,21 @@ def send_progress(producer, leases: list, rate: float, duration: float) -> tuple
     return sent, time.time() - start
 
 
+def missed_one_each(producer, client, leases: list) -> str:
+    """``--resume``: the queue stream's newest id now, then one progress event for each of ``leases``
+    (pipelined): the pages, resuming from that id as browsers do after a web restart, each missed one."""
+    from bench._common import captured_call, chunks
+
+    last = client.xrevrange(producer.keys.queue_key("watch", "events"), count=1)
+    for batch in chunks(leases, 500):
+        pipe = producer.redis.pipeline(transaction=False)
+        for lease in batch:
+            message = f"t={time.time():.6f} missed"
+            producer.scripts._call(*captured_call(producer, producer.progress, lease, 0.5, message), client=pipe)
+        pipe.execute()
+    return last[0][0] if last else "0-0"
+
+
 # -- one size -------------------------------------------------------------------------------------------
 def run_size(label: str, flags: list[str], n: int, watchers, server, client, producer, opts) -> dict:
     from bench.sse import percentile
@@ -300,7 +322,10 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
         time.sleep(SETTLE)
         rss0 = web.rss_kib()
         count = opts.generators or -(-n // PER_GENERATOR)
-        gens = Generators(web.port, watchers[:n], opts.open_timeout, opts.open_timeout + opts.duration + 60, count)
+        last_event_id = missed_one_each(producer, client, [w[2] for w in watchers[:n]]) if opts.resume else None
+        gens = Generators(
+            web.port, watchers[:n], opts.open_timeout, opts.open_timeout + opts.duration + 60, count, last_event_id
+        )
         peak = [0]
         overflows0 = listen_overflows()
         opened = gens.collect(
@@ -308,6 +333,7 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
         )
         live = sorted(i for r in opened for i in r["live"])
         ttfe = [ms for r in opened for ms in r["ttfe"]]
+        snapshots = sum(r["snapshots"] for r in opened)
         overflows = listen_overflows() - overflows0
         errors: dict[str, int] = {}
         for r in opened:
@@ -349,6 +375,7 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
             "workers": len(web.pids()),
             "web_log": web.complaints(),
             "overflows": overflows,
+            "snapshots": snapshots if opts.resume else None,
         }
     except Exception:
         print(f"  {label} n={n}: web log tail:\n{web.proc.output()[-2000:]}", file=sys.stderr)
@@ -400,6 +427,11 @@ def notes(r: dict, opts) -> list[str]:
         f"  load generator: {r['gens']} process(es), each at most {r['gen_cpu_open']:.0%} of a core while "
         f"opening, {r['gen_cpu_live']:.0%} while receiving; {r['gen_fds']} fds each, the web {r['web_fds']}"
     )
+    if r["snapshots"] is not None:
+        out.append(
+            f"  resuming from Last-Event-ID, one missed event each: {r['opened'] - r['snapshots']} replayed it, "
+            f"{r['snapshots']} got a snapshot instead"
+        )
     out += [f"  web log: {k} x {message}" for k, message in r["web_log"]]
     limits = []
     if max(r["gen_cpu_open"], r["gen_cpu_live"]) > 0.9:
@@ -438,6 +470,7 @@ def main(argv=None) -> int:
     import redis
 
     from bench._common import AOF_EVERYSEC, Engine, machine, private_redis
+    from ghostless.core.config import Config
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", default="1000,2000,5000,10000", help="sizes: task pages opened at once")
@@ -453,6 +486,11 @@ def main(argv=None) -> int:
     ap.add_argument("--open-timeout", type=float, default=30.0, help="s a page may take to get its snapshot")
     ap.add_argument("--generators", type=int, default=0, help=f"load-generator processes (0: one per {PER_GENERATOR})")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 20 pages, 2 s at 100 events/s, no verdict")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="every page reconnects with Last-Event-ID, as after a web restart, and missed one event of its task",
+    )
     opts = ap.parse_args(argv)
     if opts.quick:
         opts.n, opts.duration, opts.rate, opts.open_timeout = "20", 2.0, 100.0, 15.0
@@ -469,9 +507,16 @@ def main(argv=None) -> int:
     failed = broken = False
     with private_redis(*AOF_EVERYSEC) as server:  # the persistence ghostless recommends
         client = redis.Redis.from_url(server.url, client_name=BENCH_CLIENT, decode_responses=True)
+        # --resume keeps every event of the run in the queue stream, so the pages replay what they
+        # missed rather than get a snapshot for a trimmed stream (the web's own stream_maxlen is the default).
+        config = Config(stream_maxlen=4 * (max(sizes) + WARM)) if opts.resume else None
         producer = register(
             Engine(
-                redis.Redis.from_url(server.url, client_name=BENCH_CLIENT), namespace=NS, dispatcher=None, check=False
+                redis.Redis.from_url(server.url, client_name=BENCH_CLIENT),
+                namespace=NS,
+                dispatcher=None,
+                check=False,
+                config=config,
             )
         )
         t0 = time.monotonic()

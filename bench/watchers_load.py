@@ -3,7 +3,9 @@
 Run by bench/watchers.py as ``python bench/watchers_load.py`` with a JSON config on its first
 stdin line: ``{"port", "targets": [[index, task_id, token], ...], "start_at" (time.time() at
 which every connection starts, the same in each generator process), "open_timeout" (s),
-"hard_stop" (time.time() by which it ends whatever happens)}``.
+"hard_stop" (time.time() by which it ends whatever happens), "last_event_id" (optional: every
+page resumes from it, as a browser reconnects, and counts as open at its first event, the one it
+missed, or a snapshot)}``.
 
 At ``start_at`` it opens every target's ``GET /api/tasks/<id>/events`` at once (asyncio, raw
 sockets, HTTP/1.0 so the body is the bare event stream) and records per connection the status,
@@ -75,9 +77,9 @@ class Watch(asyncio.Protocol):
         while (end := self.buf.find(b"\n\n")) >= 0:
             block, self.buf = self.buf[:end], self.buf[end + 2 :]
             if not self.live:
-                if b"event: snapshot" in block:
+                if b"event: snapshot" in block or (self.gen.resuming and b"event: progress" in block):
                     self.live = True
-                    self.gen.opened(self, now)
+                    self.gen.opened(self, now, snapshot=b"event: snapshot" in block)
                 elif block.startswith(b":"):  # a comment before any snapshot: the cap's refusal
                     self.busy = True
             elif b"event: progress" in block:
@@ -115,13 +117,21 @@ class Generator:
         self.latency: list[float] = []  # ms from the sender's time.time() to arrival
         self.dropped = 0
         self.all_settled = asyncio.Event()
+        self.resuming = config.get("last_event_id") is not None  # each page has one event to replay
+        self.snapshots = 0  # resuming pages answered by a snapshot instead
+
+    @property
+    def _resume_header(self) -> str:
+        last = self.config.get("last_event_id")
+        return f"Last-Event-ID: {last}\r\n" if last else ""
 
     def _settled(self) -> None:
         if len(self.settled) >= len(self.config["targets"]):
             self.all_settled.set()
 
-    def opened(self, watch: Watch, now: float) -> None:
+    def opened(self, watch: Watch, now: float, snapshot: bool = True) -> None:
         self.ttfe.append((now - self.config["start_at"]) * 1000)
+        self.snapshots += snapshot and self.resuming
         self.settled.add(watch.index)
         self._settled()
 
@@ -138,7 +148,7 @@ class Generator:
         port = self.config["port"]
         request = (
             f"GET /api/tasks/{task_id}/events HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Accept: text/event-stream\r\nAuthorization: Bearer {token}\r\n\r\n"
+            f"Accept: text/event-stream\r\nAuthorization: Bearer {token}\r\n{self._resume_header}\r\n"
         ).encode()
         loop = asyncio.get_running_loop()
         try:
@@ -182,6 +192,7 @@ class Generator:
                 "live": live,
                 "errors": self.errors,
                 "ttfe": self.ttfe,
+                "snapshots": self.snapshots,
                 "cpu": _cpu() - cpu0,
                 "wall": time.time() - wall0,
                 "fd_limit": _fd_limit(),

@@ -5,6 +5,7 @@ A behaviour change can break a benchmark's set-up (a claim refused where it used
 """
 
 import logging
+import re
 
 import pytest
 
@@ -53,11 +54,12 @@ def test_the_promotion_lateness_benchmark_runs(monkeypatch, capsys):
     assert "promotion lateness of short retries" in capsys.readouterr().out
 
 
-def test_the_watchers_benchmark_runs(capsys):
+@pytest.mark.parametrize("resume", [False, True], ids=["fresh", "resuming"])
+def test_the_watchers_benchmark_runs(capsys, resume):
     need_redis_server()
     from bench import watchers
 
-    assert watchers.main(["--quick"]) == 0
+    assert watchers.main(["--quick", *(["--resume"] if resume else [])]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("default "))
     n, opened = (int(x) for x in row.split()[1:3])
@@ -65,6 +67,8 @@ def test_the_watchers_benchmark_runs(capsys):
     assert n == 20 and opened > 0, row  # the default server serves some pages, whatever its caps
     assert 0 < delivered <= expected, row  # progress events reached the open pages, each at most once
     assert "errors by kind:" in out
+    if resume:  # each open page replayed the event it missed (or got a snapshot): opened counts both
+        assert re.search(r"one missed event each: (\d+) replayed it, (\d+) got a snapshot", out), out
 
 
 def test_the_broadcast_benchmark_runs(monkeypatch, capsys):

@@ -1,4 +1,5 @@
-"""The one accessor for the engine and the SSE broker of an app (as flaskr's ``get_db``).
+"""The one accessor for the engine, the SSE broker, the stream guard and the replays of an app
+(as flaskr's ``get_db``).
 
 Both are made once per app (per process), on first use: the engine from
 ``GHOSTLESS_ENGINE`` or else the app named by ``GHOSTLESS_APP``, read through the web's own
@@ -19,6 +20,7 @@ from ghostless.core.engine import Engine
 from .broker import Broker
 from .guard import StreamGuard
 from .pool import bounded_engine
+from .replay import Replays
 
 
 class Deps:
@@ -27,6 +29,7 @@ class Deps:
         self._engine: Engine | None = None
         self._broker: Broker | None = None
         self._guard: StreamGuard | None = None
+        self._replays: Replays | None = None
         self._lock = threading.Lock()
 
     @property
@@ -57,6 +60,10 @@ class Deps:
     @property
     def guard(self) -> StreamGuard:
         return self._once("_guard", StreamGuard)
+
+    @property
+    def replays(self) -> Replays:
+        return self._once("_replays", Replays)
 
     def _once(self, attr: str, make):
         """The per-process object in ``attr``, made by ``make(engine)`` on first use."""
@@ -93,3 +100,7 @@ def get_broker() -> Broker:
 
 def get_guard() -> StreamGuard:
     return deps().guard
+
+
+def get_replays() -> Replays:
+    return deps().replays

@@ -26,11 +26,12 @@ from flask import Blueprint, Response, current_app, g, request
 from . import queries as wq
 from .api import task_json
 from .auth import require_user, stream_credential
-from .deps import get_broker, get_engine, get_guard
+from .deps import get_broker, get_engine, get_guard, get_replays
 from .errors import ApiError
 from .eventstream import EventStream, event_message, format_comment, format_event
 from .held import STREAM, busy_retry_ms, held
 from .positions import Positions
+from .replay import Replays
 
 bp = Blueprint("sse", __name__, url_prefix="/api")
 log = logging.getLogger("ghostless.web")
@@ -103,7 +104,9 @@ def task_events(task_id: str):
         opened = open_task(engine, broker, task_id, owner)
         if opened is None:
             raise ApiError(404, "not_found", "task not found")
-        return task_stream(engine, broker, task_id, last, *_settings(), watch=watch, opened=opened)
+        return task_stream(
+            engine, broker, task_id, last, *_settings(), watch=watch, opened=opened, replays=get_replays()
+        )
 
     return _held_stream(open_stream)
 
@@ -133,13 +136,15 @@ def task_stream(
     retry_ms: int,
     watch=None,
     opened=None,
+    replays: Replays | None = None,
 ) -> EventStream:
     """Snapshot (or replay after ``last_id``), then live events until a terminal state; ends early
     when its subscriber is ended (``watch(sub)``: web/guard.py, when the client leaves or its
     credential goes). ``opened``: what ``open_task`` returned (else it opens here, anyone's task).
+    ``replays``: the process's (web/replay.py), shared by every resuming stream (else its own).
     Its close unwatches and unsubscribes."""
     sub = opened[0] if opened else broker.subscribe(task_id=task_id)
-    opening = _task_opening(engine, task_id, last_id, retry_ms, opened)
+    opening = _task_opening(engine, task_id, last_id, retry_ms, opened, replays or Replays(engine))
     return _events(broker, sub, opening, keepalive, watch, until=wq.is_terminal)
 
 
@@ -154,7 +159,7 @@ def _events(broker, sub, opening, keepalive: float, watch, until=None) -> EventS
     return EventStream(sub, opening, keepalive, until, (unwatch, partial(broker.unsubscribe, sub)))
 
 
-def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, opened):
+def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, opened, replays: Replays):
     """A task stream's first messages (the retry hint with the snapshot in one write, as a first
     opening has nothing to replay), then its live ``render`` or None (it ends there)."""
     hint = format_event(retry=retry_ms)
@@ -172,18 +177,17 @@ def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, open
     if (
         last_id is None
         or wq.parse_stream_id(last_id) > wq.parse_stream_id(position)
-        or wq.stream_may_be_trimmed(engine, task.queue, last_id)
+        or replays.may_be_trimmed(task.queue, last_id)
     ):
         yield hint + format_event(
             position, "snapshot", {"task": task_json(task), "history": [e.to_dict() for e in history]}
         )
         last_id = None  # the snapshot is where this client is now
     else:
-        for ev in wq.read_stream(engine, task.queue, f"({last_id}", position):
-            if ev["task_id"] == task_id:
-                yield format_event(ev["stream_id"], ev["kind"], ev)
-                if wq.is_terminal(ev):
-                    return None
+        for message, ends in replays.messages(task.queue, task_id, last_id, position):
+            yield message
+            if ends:
+                return None
     if task.terminal:
         return None
     sent = max(wq.parse_stream_id(position), wq.parse_stream_id(last_id or "0-0"))

@@ -283,6 +283,7 @@ def test_a_stream_ends_cleanly_when_redis_fails_mid_stream(app, client, engine, 
     opened = open_sse(client, f"/api/tasks/{task.id}/events", headers=auth["alice"])
     first = opened.next()["id"]
     opened.close()
+    task_in(engine, State.PENDING)  # the queue's stream moves on: the resume has events to read
 
     calls = []
 

@@ -1,0 +1,103 @@
+"""Resuming task streams share their queue's replay (web/replay.py): every task's events after
+its Last-Event-ID, exactly and in order, from one read of the queue's stream for all of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from ghostless import State
+from ghostless.web import queries as wq
+from ghostless.web.replay import Replays
+
+from .helpers import task_in
+from .sse_client import open_sse
+
+
+def _newest(engine, queue: str = "images") -> str:
+    last = engine.redis.xrevrange(engine.keys.queue_key(queue, "events"), count=1)
+    return wq.text(last[0][0]) if last else "0-0"
+
+
+def _id_of(message: str) -> str:
+    return message.split("\n", 1)[0].removeprefix("id: ")
+
+
+def _to(message: str) -> str:
+    return json.loads(message.split("data: ", 1)[1])["to"]
+
+
+def _own_events(engine, task_id: str, after: str, upto: str) -> list[str]:
+    """What the old per-stream scan replayed: the task's events in the queue's stream, by id."""
+    return [ev["stream_id"] for ev in wq.read_stream(engine, "images", f"({after}", upto) if ev["task_id"] == task_id]
+
+
+def test_resumes_of_many_tasks_from_one_id_read_the_stream_once_and_each_gets_exactly_its_own(engine):
+    tasks = [task_in(engine, State.PENDING) for _ in range(3)]
+    before = _newest(engine)
+    leases = [engine.claim(t.id, "w1") for t in tasks]
+    engine.stage(leases[0], "generating")
+    engine.complete(leases[1], {"ok": True})
+    now = _newest(engine)
+    replays = Replays(engine)
+    got = [replays.messages("images", t.id, before, now) for t in tasks]
+    assert [[_id_of(m) for m, _ in g] for g in got] == [_own_events(engine, t.id, before, now) for t in tasks]
+    assert [[ends for _, ends in g] for g in got] == [[False, False], [False, True], [False]]  # SUCCESS ends one
+    assert replays.reads == 1
+
+
+def test_a_resume_from_further_back_or_up_to_a_newer_id_reads_only_what_the_span_lacks(engine):
+    first = task_in(engine, State.PENDING)
+    early = _newest(engine)
+    second = task_in(engine, State.PENDING)
+    middle = _newest(engine)
+    replays = Replays(engine)
+    assert replays.messages("images", second.id, middle, middle) == []
+    assert [_to(m) for m, _ in replays.messages("images", second.id, early, middle)] == ["PENDING"]
+    assert replays.reads == 1  # (early, middle]: read once
+    engine.claim(first.id, "w1")
+    late = _newest(engine)
+    assert [_to(m) for m, _ in replays.messages("images", first.id, early, late)] == ["PROCESSING"]
+    assert [_to(m) for m, _ in replays.messages("images", first.id, "0-0", late)] == ["PENDING", "PROCESSING"]
+    assert replays.reads == 3  # (middle, late], then (0-0, early]
+    assert [_id_of(m) for m, _ in replays.messages("images", first.id, "0-0", late)] == _own_events(
+        engine, first.id, "0-0", late
+    )
+
+
+def test_a_span_older_than_keep_is_read_afresh(engine):
+    task = task_in(engine, State.PENDING)
+    now = _newest(engine)
+    replays = Replays(engine, keep=0.0)
+    for _ in range(2):
+        assert [_to(m) for m, _ in replays.messages("images", task.id, "0-0", now)] == ["PENDING"]
+    assert replays.reads == 2
+
+
+def test_a_resume_between_ids_that_are_no_stream_ids_is_refused(engine):
+    with pytest.raises(ValueError):
+        Replays(engine).messages("images", "t1", "yesterday", "1-0")
+
+
+def test_every_task_stream_of_a_process_resumes_through_its_one_replays(app, client, engine, auth):
+    tasks = [task_in(engine, State.PENDING) for _ in range(2)]
+    before = _newest(engine)
+    for t in tasks:
+        engine.claim(t.id, "w1")
+    for t in tasks:
+        stream = open_sse(client, f"/api/tasks/{t.id}/events", headers={**auth["alice"], "Last-Event-ID": before})
+        ev = stream.next()
+        assert (ev["event"], ev["data"]["task_id"], ev["data"]["to"]) == ("transition", t.id, "PROCESSING")
+        stream.close()
+    assert app.extensions["ghostless"].replays.reads == 1
+
+
+def test_a_resume_knows_when_the_events_after_its_id_may_have_been_trimmed(engine):
+    replays = Replays(engine)
+    task_in(engine, State.PENDING)
+    assert replays.may_be_trimmed("images", "0-0") is False  # under its cap
+    engine.config = dataclasses.replace(engine.config, stream_maxlen=1)
+    assert replays.may_be_trimmed("images", "0-0") is True  # at its cap, oldest entry after 0-0
+    assert replays.may_be_trimmed("images", _newest(engine)) is False

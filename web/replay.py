@@ -1,0 +1,100 @@
+"""What resuming task streams missed, read once per queue for all of them.
+
+A task stream that reconnects with ``Last-Event-ID`` replays its task's events after that id.
+They are interleaved with every other task's in the queue's stream, so one replay read the
+queue's events since then and kept its own: after a web restart, when every page resumes at
+once, 1,000 pages that missed one event each read 1,000 events each, and a quarter of them were
+not open after 30 s (bench/watchers.py --resume). ``Replays`` keeps, per queue, the events of one
+span of its stream indexed by task, read once and grown as resuming streams ask for more: a
+resume costs a lookup, and the reads of the span (bench: 10,000 pages resuming at once, all open
+within 9.2 s).
+
+A span holds every event between its two ends (a stream's ids only grow, so no event can come
+later inside a span already read) and is read afresh once it is older than ``keep`` seconds, so
+it is never longer than the events of a few seconds' resumes plus the distance they reach back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from . import coalesce, queries as wq
+from .eventstream import format_event
+
+KEEP = 10.0  # s a queue's span serves resuming streams before it is read afresh
+
+
+class _Span:
+    """Every event of a queue's stream after ``start`` up to ``end`` (parsed ids), by task id, each
+    as (its parsed id, its SSE message, whether it ends its task's stream): a message is made once
+    for every stream that replays it, and held in a tenth of the memory of the event it says."""
+
+    __slots__ = ("by_task", "end", "lock", "made", "start")
+
+    def __init__(self, at: tuple[int, int]):
+        self.start = self.end = at
+        self.by_task: dict[str, list[tuple[tuple[int, int], str, bool]]] = {}
+        self.lock = threading.Lock()
+        self.made = time.monotonic()
+
+
+class Replays:
+    """``messages(queue, task_id, after, upto)``: the SSE messages of a task's events in its queue's
+    stream after id ``after`` up to ``upto`` (both ids this stream holds or held), oldest first,
+    each with whether it ends the task's stream (a terminal state); ``may_be_trimmed``: whether
+    events after an id may have been trimmed away (engine/core/streams.py), its usual answer in
+    one coalesced read (web/coalesce.py)."""
+
+    def __init__(self, engine, keep: float = KEEP):
+        self.engine, self.keep = engine, keep
+        self._spans: dict[str, _Span] = {}
+        self._lock = threading.Lock()
+        self.reads = 0  # stream reads so far (tests)
+
+    def messages(self, queue: str, task_id: str, after: str, upto: str) -> list[tuple[str, bool]]:
+        first, last = wq.parse_stream_id(after), wq.parse_stream_id(upto)
+        if first is None or last is None:
+            raise ValueError(f"not stream ids: {after!r}, {upto!r}")
+        if last <= first:
+            return []
+        span = self._span(queue, first)
+        with span.lock:
+            if first < span.start:
+                self._add(span, queue, first, span.start, front=True)
+                span.start = first
+            if last > span.end:
+                self._add(span, queue, span.end, last, front=False)
+                span.end = last
+            return [(text, ends) for at, text, ends in span.by_task.get(task_id, ()) if first < at <= last]
+
+    def may_be_trimmed(self, queue: str, after: str) -> bool:
+        """``stream_may_be_trimmed``; a stream under its cap (the usual case) says so in one coalesced XLEN."""
+        key = self.engine.keys.queue_key(queue, "events")
+        if int(coalesce.read(self.engine, "XLEN", key)) < self.engine.config.stream_maxlen:
+            return False
+        return wq.stream_may_be_trimmed(self.engine, queue, after)
+
+    def _span(self, queue: str, at: tuple[int, int]) -> _Span:
+        now = time.monotonic()
+        with self._lock:
+            span = self._spans.get(queue)
+            if span is None or now - span.made > self.keep:
+                span = self._spans[queue] = _Span(at)
+            for old in [q for q, s in self._spans.items() if now - s.made > self.keep]:
+                del self._spans[old]  # queues nobody resumes in any more
+            return span
+
+    def _add(self, span: _Span, queue: str, after: tuple[int, int], upto: tuple[int, int], front: bool) -> None:
+        """Read the events after ``after`` up to ``upto`` into ``span``, before or after what it holds."""
+        self.reads += 1
+        got: dict[str, list[tuple[tuple[int, int], str, bool]]] = {}
+        for ev in wq.read_stream(self.engine, queue, f"({after[0]}-{after[1]}", f"{upto[0]}-{upto[1]}"):
+            message = format_event(ev["stream_id"], ev["kind"], ev)
+            got.setdefault(ev["task_id"], []).append((wq.parse_stream_id(ev["stream_id"]), message, wq.is_terminal(ev)))
+        for task_id, events in got.items():
+            held = span.by_task.setdefault(task_id, [])
+            if front:
+                held[:0] = events
+            else:
+                held += events
