@@ -6,8 +6,7 @@ queue's events since then and kept its own: after a web restart, when every page
 once, 1,000 pages that missed one event each read 1,000 events each, and a quarter of them were
 not open after 30 s (bench/watchers.py --resume). ``Replays`` keeps, per queue, the events of one
 span of its stream indexed by task, read once and grown as resuming streams ask for more: a
-resume costs a lookup, and the reads of the span (bench: 10,000 pages resuming at once, all open
-within 9.2 s).
+resume costs a lookup, and the reads of the span (the trim check with them), once for them all.
 
 A span holds every event between its two ends (a stream's ids only grow, so no event can come
 later inside a span already read) and is read afresh once it is older than ``keep`` seconds, so
@@ -19,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 
-from . import coalesce, queries as wq
+from . import queries as wq
 from .eventstream import format_event
 
 KEEP = 10.0  # s a queue's span serves resuming streams before it is read afresh
@@ -32,8 +31,9 @@ class _Span:
 
     __slots__ = ("by_task", "end", "lock", "made", "start")
 
-    def __init__(self, at: tuple[int, int]):
-        self.start = self.end = at
+    def __init__(self):
+        self.start: tuple[int, int] | None = None  # None: nothing read yet
+        self.end: tuple[int, int] = (0, 0)
         self.by_task: dict[str, list[tuple[tuple[int, int], str, bool]]] = {}
         self.lock = threading.Lock()
         self.made = time.monotonic()
@@ -42,9 +42,10 @@ class _Span:
 class Replays:
     """``messages(queue, task_id, after, upto)``: the SSE messages of a task's events in its queue's
     stream after id ``after`` up to ``upto`` (both ids this stream holds or held), oldest first,
-    each with whether it ends the task's stream (a terminal state); ``may_be_trimmed``: whether
-    events after an id may have been trimmed away (engine/core/streams.py), its usual answer in
-    one coalesced read (web/coalesce.py)."""
+    each with whether it ends the task's stream (a terminal state); None when events after
+    ``after`` may have been trimmed away (engine/core/streams.py ``stream_may_be_trimmed``: then
+    the stream sends a snapshot). That check is made only when a span is read from further back
+    than it reaches: what a span holds was read before it could be trimmed."""
 
     def __init__(self, engine, keep: float = KEEP):
         self.engine, self.keep = engine, keep
@@ -52,35 +53,33 @@ class Replays:
         self._lock = threading.Lock()
         self.reads = 0  # stream reads so far (tests)
 
-    def messages(self, queue: str, task_id: str, after: str, upto: str) -> list[tuple[str, bool]]:
+    def messages(self, queue: str, task_id: str, after: str, upto: str) -> list[tuple[str, bool]] | None:
         first, last = wq.parse_stream_id(after), wq.parse_stream_id(upto)
         if first is None or last is None:
             raise ValueError(f"not stream ids: {after!r}, {upto!r}")
         if last <= first:
             return []
-        span = self._span(queue, first)
+        span = self._span(queue)
         with span.lock:
-            if first < span.start:
-                self._add(span, queue, first, span.start, front=True)
-                span.start = first
+            if span.start is None or first < span.start:
+                if wq.stream_may_be_trimmed(self.engine, queue, after):
+                    return None
+                if span.start is None:
+                    span.start = span.end = first
+                else:
+                    self._add(span, queue, first, span.start, front=True)
+                    span.start = first
             if last > span.end:
                 self._add(span, queue, span.end, last, front=False)
                 span.end = last
             return [(text, ends) for at, text, ends in span.by_task.get(task_id, ()) if first < at <= last]
 
-    def may_be_trimmed(self, queue: str, after: str) -> bool:
-        """``stream_may_be_trimmed``; a stream under its cap (the usual case) says so in one coalesced XLEN."""
-        key = self.engine.keys.queue_key(queue, "events")
-        if int(coalesce.read(self.engine, "XLEN", key)) < self.engine.config.stream_maxlen:
-            return False
-        return wq.stream_may_be_trimmed(self.engine, queue, after)
-
-    def _span(self, queue: str, at: tuple[int, int]) -> _Span:
+    def _span(self, queue: str) -> _Span:
         now = time.monotonic()
         with self._lock:
             span = self._spans.get(queue)
             if span is None or now - span.made > self.keep:
-                span = self._spans[queue] = _Span(at)
+                span = self._spans[queue] = _Span()
             for old in [q for q, s in self._spans.items() if now - s.made > self.keep]:
                 del self._spans[old]  # queues nobody resumes in any more
             return span

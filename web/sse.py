@@ -174,17 +174,16 @@ def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, open
     # A snapshot when the client has nothing, may have missed trimmed events, or names an
     # event this stream has not written yet (not an id we sent): replaying from it would
     # skip every event up to that id, the terminal one included.
-    if (
-        last_id is None
-        or wq.parse_stream_id(last_id) > wq.parse_stream_id(position)
-        or replays.may_be_trimmed(task.queue, last_id)
-    ):
+    replay = None
+    if last_id is not None and wq.parse_stream_id(last_id) <= wq.parse_stream_id(position):
+        replay = replays.messages(task.queue, task_id, last_id, position)
+    if replay is None:
         yield hint + format_event(
             position, "snapshot", {"task": task_json(task), "history": [e.to_dict() for e in history]}
         )
         last_id = None  # the snapshot is where this client is now
     else:
-        for message, ends in replays.messages(task.queue, task_id, last_id, position):
+        for message, ends in replay:
             yield message
             if ends:
                 return None

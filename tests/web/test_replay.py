@@ -94,10 +94,15 @@ def test_every_task_stream_of_a_process_resumes_through_its_one_replays(app, cli
     assert app.extensions["ghostless"].replays.reads == 1
 
 
-def test_a_resume_knows_when_the_events_after_its_id_may_have_been_trimmed(engine):
-    replays = Replays(engine)
+def test_a_resume_from_further_back_than_a_trimmed_stream_reaches_gets_none_and_a_span_already_read_serves(engine):
+    first = task_in(engine, State.PENDING)
+    early = _newest(engine)
     task_in(engine, State.PENDING)
-    assert replays.may_be_trimmed("images", "0-0") is False  # under its cap
-    engine.config = dataclasses.replace(engine.config, stream_maxlen=1)
-    assert replays.may_be_trimmed("images", "0-0") is True  # at its cap, oldest entry after 0-0
-    assert replays.may_be_trimmed("images", _newest(engine)) is False
+    now = _newest(engine)
+    replays = Replays(engine)
+    assert [_to(m) for m, _ in replays.messages("images", first.id, "0-0", now)] == ["PENDING"]
+    engine.config = dataclasses.replace(engine.config, stream_maxlen=1)  # the stream is now past its cap
+    engine.redis.xtrim(engine.keys.queue_key("images", "events"), maxlen=1, approximate=False)
+    assert [_to(m) for m, _ in replays.messages("images", first.id, "0-0", now)] == ["PENDING"]  # read before
+    assert Replays(engine).messages("images", first.id, early, now) is None  # a fresh span: may have lost some
+    assert Replays(engine).messages("images", first.id, now, now) == []  # nothing after the newest
