@@ -15,6 +15,8 @@ import time
 
 import redis
 
+from ghostless.core.streams import parse_stream_id
+
 from .broker import Dropped, Event
 
 log = logging.getLogger("ghostless.web")
@@ -45,6 +47,11 @@ def event_message(id: str | None, ev: dict) -> str:
     if ev.message is None:
         ev.message = format_event(None, ev["kind"], ev)
     return ev.message if id is None else format_event(id)[:-1] + ev.message
+
+
+def parsed_id(ev: dict) -> tuple[int, int] | None:
+    """``parse_stream_id(ev["stream_id"])``, parsed once for every subscriber of a broker's Event."""
+    return ev.parsed_id if isinstance(ev, Event) else parse_stream_id(ev.get("stream_id"))
 
 
 def format_comment(text: str) -> str:

@@ -68,13 +68,17 @@ class Positions:
         self.queues[queue] = stream_id
         self._seen[queue] = parsed or parse_stream_id(stream_id)
 
-    def take(self, queue: str, stream_id: str) -> bool:
-        """Advance to the event at ``stream_id`` of ``queue`` when it is new (``is_new``); whether it was."""
-        parsed = parse_stream_id(stream_id)
+    def take(self, queue: str, stream_id: str, parsed: tuple[int, int] | None = None) -> bool:
+        """Advance to the event at ``stream_id`` (``parsed``: already parsed) of ``queue`` when it is
+        new (``is_new``); whether it was."""
+        parsed = parsed or parse_stream_id(stream_id)
         if not self._is_new(queue, parsed):
             return False
         self.advance(queue, stream_id, parsed)
         return True
 
     def __str__(self) -> str:
+        if len(self.queues) == 1:  # the usual feed, once per message it sends
+            ((queue, sid),) = self.queues.items()
+            return f"{self.base},{queue}:{sid}"
         return ",".join([str(self.base), *(f"{q}:{s}" for q, s in sorted(self.queues.items()))])

@@ -28,7 +28,7 @@ from .api import task_json
 from .auth import require_user, stream_credential
 from .deps import get_broker, get_engine, get_guard, get_replays
 from .errors import ApiError
-from .eventstream import EventStream, event_message, format_comment, format_event
+from .eventstream import EventStream, event_message, format_comment, format_event, parsed_id
 from .held import STREAM, busy_retry_ms, held
 from .positions import Positions
 from .replay import Replays
@@ -193,7 +193,7 @@ def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, open
 
     def render(ev: dict) -> str | None:
         nonlocal sent
-        sid = wq.parse_stream_id(ev["stream_id"])
+        sid = parsed_id(ev)
         if sid <= sent:
             return None
         sent = sid
@@ -244,7 +244,7 @@ def _feed_opening(engine, owner: str | None, positions: Positions | None, retry_
                     yield format_event(str(positions), ev["kind"], ev)
 
     def render(ev: dict) -> str | None:
-        if not positions.take(ev["queue"], ev["stream_id"]):
+        if not positions.take(ev["queue"], ev["stream_id"], parsed_id(ev)):
             return None
         return event_message(str(positions), ev)
 

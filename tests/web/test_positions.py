@@ -73,3 +73,9 @@ def test_taking_an_event_advances_only_past_new_ones():
 )
 def test_anything_else_is_not_a_position(text):
     assert Positions.parse(text) is None
+
+
+def test_the_text_of_one_queues_position_is_the_general_form():
+    one = Positions(5, {"images": "7-1"})
+    assert str(one) == ",".join(["5", "images:7-1"]) and Positions.parse(str(one)).queues == {"images": "7-1"}
+    assert str(Positions(5)) == "5"

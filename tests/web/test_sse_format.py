@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ghostless.web.broker import Event
-from ghostless.web.eventstream import event_message
+from ghostless.web.eventstream import event_message, parsed_id
 from ghostless.web.sse import format_comment, format_event
 
 
@@ -74,3 +74,9 @@ def test_a_shared_event_cannot_be_changed_by_one_of_its_subscribers():
         with pytest.raises(TypeError):
             change()
     assert event_message("1-0", shared) == before and shared == {"kind": "progress", "task_id": "t1"}
+
+
+def test_a_shared_event_carries_its_stream_id_parsed_as_any_event_parses():
+    fields = {"kind": "progress", "task_id": "t1", "stream_id": "1700000000000-7"}
+    assert parsed_id(Event(fields)) == parsed_id(fields) == (1700000000000, 7)
+    assert parsed_id(Event({"kind": "progress"})) is None  # no id: nothing to parse
