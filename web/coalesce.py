@@ -11,6 +11,7 @@ through it: a pipeline is not a transaction, and nothing here retries a write.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections import deque
@@ -43,7 +44,7 @@ class Coalescer:
     to every caller in it, a command's own error to its caller."""
 
     def __init__(self, client, timeout: float, limit: int):
-        self.client, self.timeout, self.limit = client, timeout, limit
+        self.client, self.timeout, self.limit = client, timeout, max(1, int(limit))
         self._queue: deque[_Call] = deque()
         self._wake = threading.Condition(threading.Lock())
         self._sender: threading.Thread | None = None
@@ -60,10 +61,11 @@ class Coalescer:
     def _call(self, call: _Call):
         with self._wake:
             self._queue.append(call)
-            if self._sender is None or self._pid != os.getpid():  # none yet, or not in this (forked) process
-                self._pid = os.getpid()
-                self._sender = threading.Thread(target=self._run, name="ghostless-coalesce", daemon=True)
-                self._sender.start()
+            # None yet, or not in this (forked) process, or it was stopped (a greenlet killed): a new one.
+            if self._sender is None or self._pid != os.getpid() or not self._sender.is_alive():
+                sender = threading.Thread(target=self._run, name="ghostless-coalesce", daemon=True)
+                sender.start()
+                self._sender, self._pid = sender, os.getpid()
             self._wake.notify()
         if not call.done.wait(self.timeout):
             raise redis.TimeoutError(f"Redis read not answered within {self.timeout:g}s")
@@ -81,7 +83,13 @@ class Coalescer:
                 self._send(batch)
             except Exception as e:  # noqa: BLE001 - the pipeline's error goes to every caller in it; the sender goes on
                 for call in batch:
-                    call.settle(e)
+                    call.settle(copy.copy(e))  # each its own: one shared object would gather every caller's traceback
+            except (
+                BaseException
+            ) as e:  # stopped (GreenletExit, a timeout): its callers are answered, the next call starts another
+                for call in batch:
+                    call.settle(redis.ConnectionError(f"the read's sender stopped: {e!r}"))
+                raise
 
     def _send(self, batch: list[_Call]) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -100,18 +108,21 @@ class Coalescer:
 
 
 def read(engine, *command):
-    """The reply of read ``command`` on ``engine``: through its scripts' coalescer when it has one
-    (the web's bounded engine), else sent alone."""
+    """The reply of credential read ``command`` (a session's GET) on ``engine``: through its scripts'
+    coalescer when it has one (the web's bounded engine), else sent alone."""
     coalescer = getattr(engine.scripts, "coalescer", None)
     return engine.redis.execute_command(*command) if coalescer is None else coalescer.execute(*command)
 
 
 class CoalescedScripts(Scripts):
-    """The engine's scripts, whose reads (a token's user, a task's snapshot) go through ``coalescer``."""
+    """The engine's scripts, whose reads go through coalescers: a token's user (and a session's GET,
+    ``read``) through ``coalescer``, a task's snapshot through ``snapshots`` of its own, so that
+    credential checks never wait behind large snapshots (a task's args and result, up to MiBs)."""
 
-    def __init__(self, client, config, coalescer: Coalescer, on_resolve=None):
+    def __init__(self, client, config, coalescer: Coalescer, snapshots: Coalescer, on_resolve=None):
         super().__init__(client, config, on_resolve=on_resolve)
-        self.coalescer = coalescer
+        self.coalescer, self.snapshots = coalescer, snapshots
 
     def _read(self, name, keys, args) -> list:
-        return parse(self.coalescer.script(self._scripts[name], keys, [*self._cfg, *args]))
+        coalescer = self.snapshots if name == "read" else self.coalescer
+        return parse(coalescer.script(self._scripts[name], keys, [*self._cfg, *args]))

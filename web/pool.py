@@ -9,8 +9,9 @@ opener. The web instead serves the app's engine through a copy of its client
 ``GHOSTLESS_REDIS_WAIT`` seconds (30) for one, then gets ``redis.ConnectionError`` (a
 ``MaxConnectionsError``; a stream opener answers it with an EventSource retry, web/sse.py).
 0 connections: the app's engine as it is. Its reads of a token's user, a session and a task's
-snapshot go through a Coalescer (web/coalesce.py): every such read of the moment in one
-pipeline, at most ``GHOSTLESS_REDIS_BATCH`` (200) a time.
+snapshot go through Coalescers (web/coalesce.py; one for credentials, one for snapshots): every
+such read of the moment in one pipeline, at most ``GHOSTLESS_REDIS_BATCH`` (200) a time; not on
+a Redis Cluster, where one unreachable shard would fail the whole pipeline.
 
 The app's engine may be the user's own object (``Engine.from_url`` in their module), so it is
 not changed: ``BoundedEngine`` reads it through its own client. The broker's reader has a
@@ -50,8 +51,12 @@ def bounded_engine(engine, connections: int, wait: float, batch: int = DEFAULTS[
     # it is used again: the dispatcher's submits, the data epoch).
     for pool in _pools(engine.redis):
         pool.disconnect(inuse_connections=False)
-    coalescer = Coalescer(client, float(wait) + (_socket_timeout(client) or 10.0), int(batch)) if batch else None
-    return BoundedEngine(engine, client, coalescer)
+    # Not on a cluster: its pipeline fails whole when one shard is unreachable, and would fail
+    # the reads of every healthy shard with it until the failover.
+    coalesce = int(batch) > 0 and not is_cluster(client)
+    timeout = float(wait) + (_socket_timeout(client) or 10.0)
+    coalescers = (Coalescer(client, timeout, int(batch)), Coalescer(client, timeout, int(batch))) if coalesce else None
+    return BoundedEngine(engine, client, coalescers)
 
 
 def _pools(client) -> list:
@@ -75,14 +80,14 @@ class BoundedEngine:
 
     _OWN = ("redis", "scripts", "users")
 
-    def __init__(self, engine, client, coalescer: Coalescer | None = None):
+    def __init__(self, engine, client, coalescers: tuple[Coalescer, Coalescer] | None = None):
         object.__setattr__(self, "_engine", engine)
         object.__setattr__(self, "redis", client)
         on_resolve = engine.scripts.on_resolve
-        if coalescer is None:
+        if coalescers is None:
             scripts = Scripts(client, engine.config, on_resolve=on_resolve)
         else:
-            scripts = CoalescedScripts(client, engine.config, coalescer, on_resolve=on_resolve)
+            scripts = CoalescedScripts(client, engine.config, *coalescers, on_resolve=on_resolve)
         object.__setattr__(self, "scripts", scripts)
         object.__setattr__(self, "users", Users(client, engine.keys, scripts))
 

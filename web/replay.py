@@ -18,10 +18,13 @@ from __future__ import annotations
 import threading
 import time
 
+import redis
+
 from . import queries as wq
 from .eventstream import format_event
 
 KEEP = 10.0  # s a queue's span serves resuming streams before it is read afresh
+LOCK_WAIT = 10.0  # s a resume waits for its queue's span, being read by another, before its retry answer
 
 
 class _Span:
@@ -29,9 +32,10 @@ class _Span:
     as (its parsed id, its SSE message, whether it ends its task's stream): a message is made once
     for every stream that replays it, and held in a tenth of the memory of the event it says."""
 
-    __slots__ = ("by_task", "end", "lock", "made", "start")
+    __slots__ = ("broken", "by_task", "end", "lock", "made", "start")
 
     def __init__(self):
+        self.broken: Exception | None = None  # the error its read failed with (it is then replaced)
         self.start: tuple[int, int] | None = None  # None: nothing read yet
         self.end: tuple[int, int] = (0, 0)
         self.by_task: dict[str, list[tuple[tuple[int, int], str, bool]]] = {}
@@ -45,7 +49,9 @@ class Replays:
     each with whether it ends the task's stream (a terminal state); None when events after
     ``after`` may have been trimmed away (engine/core/streams.py ``stream_may_be_trimmed``: then
     the stream sends a snapshot). That check is made only when a span is read from further back
-    than it reaches: what a span holds was read before it could be trimmed."""
+    than it reaches, or when as many events as the stream keeps came after its end: what a span
+    holds was read before it could be trimmed. A resume waits at most LOCK_WAIT for a span another
+    is reading, and gets the error of that read when it fails."""
 
     def __init__(self, engine, keep: float = KEEP):
         self.engine, self.keep = engine, keep
@@ -60,19 +66,43 @@ class Replays:
         if last <= first:
             return []
         span = self._span(queue)
-        with span.lock:
-            if span.start is None or first < span.start:
-                if wq.stream_may_be_trimmed(self.engine, queue, after):
-                    return None
-                if span.start is None:
-                    span.start = span.end = first
-                else:
-                    self._add(span, queue, first, span.start, front=True)
-                    span.start = first
-            if last > span.end:
-                self._add(span, queue, span.end, last, front=False)
-                span.end = last
-            return [(text, ends) for at, text, ends in span.by_task.get(task_id, ()) if first < at <= last]
+        if not span.lock.acquire(timeout=LOCK_WAIT):
+            raise redis.TimeoutError(f"the replay of queue {queue!r} is busy past {LOCK_WAIT:g}s")
+        try:
+            if span.broken is not None:  # its read failed while this one waited: so fails this one
+                raise span.broken
+            try:
+                return self._messages(span, queue, task_id, first, last)
+            except redis.RedisError as e:
+                span.broken = e
+                with self._lock:
+                    if self._spans.get(queue) is span:
+                        del self._spans[queue]  # the next resume starts afresh
+                raise
+        finally:
+            span.lock.release()
+
+    def _messages(self, span: _Span, queue: str, task_id: str, first, last) -> list[tuple[str, bool]] | None:
+        if span.start is None or first < span.start:
+            if wq.stream_may_be_trimmed(self.engine, queue, _text(first)):
+                return None
+            if span.start is None:
+                span.start = span.end = first
+            else:
+                self._add(span, queue, first, span.start, front=True)
+                span.start = first
+        if last > span.end:
+            # To the stream's end: the stream keeps at least its newest ``stream_maxlen`` entries
+            # (MAXLEN ~), so when fewer than that came after the span's end, none was trimmed.
+            newest, read = self._add(span, queue, span.end, None, front=False)
+            if (read >= self.engine.config.stream_maxlen or newest < last) and wq.stream_may_be_trimmed(
+                self.engine, queue, _text(span.end)
+            ):
+                span.start = None  # events right after its end may be gone: it starts afresh
+                span.by_task.clear()
+                return None
+            span.end = max(newest, last)
+        return [(text, ends) for at, text, ends in span.by_task.get(task_id, ()) if first < at <= last]
 
     def _span(self, queue: str) -> _Span:
         now = time.monotonic()
@@ -84,16 +114,25 @@ class Replays:
                 del self._spans[old]  # queues nobody resumes in any more
             return span
 
-    def _add(self, span: _Span, queue: str, after: tuple[int, int], upto: tuple[int, int], front: bool) -> None:
-        """Read the events after ``after`` up to ``upto`` into ``span``, before or after what it holds."""
+    def _add(self, span: _Span, queue: str, after, upto, front: bool) -> tuple[tuple[int, int], int]:
+        """Read the events after ``after`` up to ``upto`` (None: the stream's end) into ``span``,
+        before or after what it holds: (the newest id read, or ``after``; how many were read)."""
         self.reads += 1
         got: dict[str, list[tuple[tuple[int, int], str, bool]]] = {}
-        for ev in wq.read_stream(self.engine, queue, f"({after[0]}-{after[1]}", f"{upto[0]}-{upto[1]}"):
-            message = format_event(ev["stream_id"], ev["kind"], ev)
-            got.setdefault(ev["task_id"], []).append((wq.parse_stream_id(ev["stream_id"]), message, wq.is_terminal(ev)))
+        newest, read = after, 0
+        for ev in wq.read_stream(self.engine, queue, f"({_text(after)}", _text(upto) if upto else "+"):
+            newest, read = wq.parse_stream_id(ev["stream_id"]), read + 1
+            got.setdefault(ev["task_id"], []).append(
+                (newest, format_event(ev["stream_id"], ev["kind"], ev), wq.is_terminal(ev))
+            )
         for task_id, events in got.items():
             held = span.by_task.setdefault(task_id, [])
             if front:
                 held[:0] = events
             else:
                 held += events
+        return newest, read
+
+
+def _text(at: tuple[int, int]) -> str:
+    return f"{at[0]}-{at[1]}"

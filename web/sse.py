@@ -174,8 +174,10 @@ def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, open
     # A snapshot when the client has nothing, may have missed trimmed events, or names an
     # event this stream has not written yet (not an id we sent): replaying from it would
     # skip every event up to that id, the terminal one included.
+    # So also for an id older than the task (not one of its stream's: its whole history is in a
+    # snapshot), which would make the queue's replay read every event since then.
     replay = None
-    if last_id is not None and wq.parse_stream_id(last_id) <= wq.parse_stream_id(position):
+    if last_id is not None and _resumable(task, last_id, position):
         replay = replays.messages(task.queue, task_id, last_id, position)
     if replay is None:
         yield hint + format_event(
@@ -200,6 +202,14 @@ def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, open
         return event_message(ev["stream_id"], ev)
 
     return render
+
+
+def _resumable(task, last_id: str, position: str) -> bool:
+    """Whether ``last_id`` is an id this task's stream may have sent: at most the snapshot's
+    ``position``, and not older than the task (its submit's event came at its creation)."""
+    ms, _ = wq.parse_stream_id(last_id)
+    born = round(task.created_at * 1000) if task.created_at is not None else 0
+    return wq.parse_stream_id(last_id) <= wq.parse_stream_id(position) and ms >= born
 
 
 @bp.get("/events")

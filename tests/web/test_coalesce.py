@@ -42,34 +42,48 @@ def _join(threads) -> None:
     assert not any(t.is_alive() for t in threads)
 
 
-def test_the_web_reads_users_and_snapshots_through_a_coalescer_and_batch_0_turns_it_off(make_app):
+def test_the_web_reads_users_and_snapshots_through_coalescers_and_batch_0_turns_them_off(make_app):
     web = make_app().extensions["ghostless"].engine
     assert isinstance(web.scripts, CoalescedScripts) and web.users.scripts is web.scripts
-    assert web.scripts.coalescer.limit == 200 and web.scripts.coalescer.client is web.redis
+    credentials, snapshots = web.scripts.coalescer, web.scripts.snapshots
+    assert credentials is not snapshots and credentials.client is snapshots.client is web.redis
+    assert credentials.limit == snapshots.limit == 200
     plain = make_app(GHOSTLESS_REDIS_BATCH=0).extensions["ghostless"].engine
     assert not isinstance(plain.scripts, CoalescedScripts)
 
 
 def test_reads_queued_while_a_pipeline_waits_go_in_the_next_one_and_each_caller_gets_its_own(engine, tokens):
     web = bounded_engine(engine, 1, 10.0)
-    coalescer = web.scripts.coalescer
+    credentials, snapshots = web.scripts.coalescer, web.scripts.snapshots
     tasks = [task_in(engine, State.PENDING, owner=name) for name in ("alice", "bob") * 10]
-    held = web.redis.connection_pool.get_connection()  # the sender's first pipeline waits for it
+    held = web.redis.connection_pool.get_connection()  # each sender's first pipeline waits for it
+
+    def snapshot(task):
+        return wq.snapshot(web, task.id, task.owner)
+
     try:
-        first, first_threads = _in_threads(web.users.authenticate, [(tokens["root"],)])
-        wait_until(lambda: not coalescer._queue and coalescer._sender is not None, what="the first read taken")
-        snaps, threads = _in_threads(lambda t: wq.snapshot(web, t.id, t.owner), [(t,) for t in tasks])
+        first, threads = _in_threads(web.users.authenticate, [(tokens["root"],)])
+        wait_until(lambda: credentials._sender is not None and not credentials._queue, what="the first read taken")
+        first_snap, more = _in_threads(snapshot, [(tasks[0],)])
+        threads += more
+        wait_until(lambda: snapshots._sender is not None and not snapshots._queue, what="the first snapshot taken")
+        snaps, more = _in_threads(snapshot, [(t,) for t in tasks[1:]])
+        threads += more
         sent = [tokens["alice"], tokens["bob"], "gl_not-a-token-of-anyone"]
         users, more = _in_threads(web.users.authenticate, [(token,) for token in sent])
-        wait_until(lambda: len(coalescer._queue) == len(tasks) + 3, what="every other read queued")
+        threads += more
+        wait_until(lambda: len(snapshots._queue) == len(tasks) - 1, what="every other snapshot queued")
+        wait_until(lambda: len(credentials._queue) == 3, what="every other credential queued")
     finally:
         web.redis.connection_pool.release(held)
-    _join(first_threads + threads + more)
+    _join(threads)
     assert first[0].name == "root" and first[0].admin
+    snaps = first_snap + snaps
     assert [(s[0].id, s[0].owner) for s in snaps] == [(t.id, t.owner) for t in tasks]
     assert all(s[1][-1].to == "PENDING" for s in snaps)  # each with its own history
     assert [u and u.name for u in users] == ["alice", "bob", None]
-    assert coalescer.pipelines == 2  # the first read alone, then the 23 queued behind it together
+    # Each: the first read alone, then the ones queued behind it together.
+    assert (credentials.pipelines, snapshots.pipelines) == (2, 2)
 
 
 def test_another_owners_task_stays_hidden_when_read_in_the_same_pipeline_as_the_owners(engine):
@@ -156,3 +170,35 @@ def test_a_cookie_sessions_read_goes_through_the_coalescer_of_the_webs_engine(ap
     assert client.get("/api/me").get_json()["user"] == "alice"
     assert web.scripts.coalescer.pipelines == before + 2  # the session's GET, then the token's user
     assert coalesce.read(engine, "GET", "t:nothing-here") is None  # an engine without one: sent alone
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the stopped sender's exit
+def test_a_stopped_sender_is_replaced_by_the_next_call_and_its_callers_are_answered(engine, tokens):
+    web = bounded_engine(engine, 2, 10.0)
+    coalescer = web.scripts.coalescer
+    assert web.users.authenticate(tokens["alice"]).name == "alice"
+    stopped = coalescer._sender
+
+    def stop(batch):
+        raise SystemExit("stopped")  # what a killed greenlet raises: a BaseException
+
+    real, coalescer._send = coalescer._send, stop
+    with pytest.raises(redis.ConnectionError, match="sender stopped"):
+        web.users.authenticate(tokens["alice"])
+    wait_until(lambda: not stopped.is_alive(), what="the sender to stop")
+    coalescer._send = real
+    assert web.users.authenticate(tokens["bob"]).name == "bob"  # a new sender
+    assert coalescer._sender is not stopped and coalescer._sender.is_alive()
+
+
+def test_each_caller_of_a_failed_pipeline_gets_its_own_error_object(engine):
+    coalescer = Coalescer(engine.redis, timeout=10.0, limit=50)
+
+    def fail(batch):
+        raise redis.ConnectionError("down")
+
+    coalescer._send = fail
+    out, threads = _in_threads(coalescer.execute, [("GET", "t:x")] * 20)
+    _join(threads)
+    assert all(isinstance(e, redis.ConnectionError) and str(e) == "down" for e in out)
+    assert len({id(e) for e in out}) == len(out)  # no one traceback gathering every caller's frames

@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 import pytest
+import redis
 
 from ghostless import State
 from ghostless.web import queries as wq
@@ -106,3 +107,56 @@ def test_a_resume_from_further_back_than_a_trimmed_stream_reaches_gets_none_and_
     assert [_to(m) for m, _ in replays.messages("images", first.id, "0-0", now)] == ["PENDING"]  # read before
     assert Replays(engine).messages("images", first.id, early, now) is None  # a fresh span: may have lost some
     assert Replays(engine).messages("images", first.id, now, now) == []  # nothing after the newest
+
+
+def test_a_span_whose_end_the_stream_trimmed_past_answers_none_and_starts_afresh(engine):
+    engine.config = dataclasses.replace(engine.config, stream_maxlen=3)
+    task = task_in(engine, State.PENDING)
+    early = _newest(engine)
+    lease = engine.claim(task.id, "w1")
+    middle = _newest(engine)
+    replays = Replays(engine)
+    assert [_to(m) for m, _ in replays.messages("images", task.id, early, middle)] == ["PROCESSING"]
+    engine.stage(lease, "generating")  # the event a resume from `middle` must not lose
+    for _ in range(4):
+        task_in(engine, State.PENDING)
+    engine.redis.xtrim(engine.keys.queue_key("images", "events"), maxlen=3, approximate=False)
+    assert replays.messages("images", task.id, middle, _newest(engine)) is None  # a snapshot instead
+    assert replays._spans["images"].start is None  # nothing kept of what can no longer be whole
+
+
+def test_a_failed_read_fails_the_resumes_waiting_on_it_and_the_next_one_reads_afresh(engine, monkeypatch):
+    import ghostless.web.replay as replay
+
+    task = task_in(engine, State.PENDING)
+    now = _newest(engine)
+    replays = Replays(engine)
+
+    def down(*args):
+        raise redis.ConnectionError("down")
+
+    monkeypatch.setattr(replay.wq, "read_stream", down)
+    with pytest.raises(redis.ConnectionError):
+        replays.messages("images", task.id, "0-0", now)
+    assert "images" not in replays._spans
+    monkeypatch.undo()
+    assert [_to(m) for m, _ in replays.messages("images", task.id, "0-0", now)] == ["PENDING"]
+
+
+def test_a_resume_waits_a_bounded_time_for_a_span_another_is_reading(engine, monkeypatch):
+    import ghostless.web.replay as replay
+
+    monkeypatch.setattr(replay, "LOCK_WAIT", 0.05)
+    task = task_in(engine, State.PENDING)
+    replays = Replays(engine)
+    span = replays._span("images")
+    with span.lock, pytest.raises(redis.TimeoutError, match="busy"):
+        replays.messages("images", task.id, "0-0", _newest(engine))
+
+
+def test_a_last_event_id_older_than_its_task_gets_a_snapshot_without_reading_the_queue(app, client, engine, auth):
+    task = task_in(engine, State.PENDING)
+    stream = open_sse(client, f"/api/tasks/{task.id}/events", headers={**auth["alice"], "Last-Event-ID": "1-0"})
+    assert stream.next()["event"] == "snapshot"
+    stream.close()
+    assert app.extensions["ghostless"].replays.reads == 0
