@@ -22,6 +22,8 @@ from .guard import StreamGuard
 from .pool import bounded_engine
 from .replay import Replays
 
+TICK = 1.0  # s: the broker's ticker wakes the streams due for a keep-alive this often
+
 
 class Deps:
     def __init__(self, app: Flask):
@@ -53,7 +55,11 @@ class Deps:
         return self._once(
             "_broker",
             lambda engine: Broker(
-                engine, block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"], limit=self.config["GHOSTLESS_SSE_BUFFER"]
+                engine,
+                block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"],
+                limit=self.config["GHOSTLESS_SSE_BUFFER"],
+                # a stream's keep-alive comes up to this late: at most a second, or half the interval
+                tick=min(TICK, self.config["GHOSTLESS_SSE_KEEPALIVE"] / 2),
             ),
         )
 

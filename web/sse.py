@@ -115,7 +115,7 @@ def open_task(engine, broker, task_id: str, owner: str | None):
     """(subscriber, task, history, position) of a task stream opening now, or None (unsubscribed)
     when there is no such task of ``owner``'s (None: anyone's). Subscribed first: an event newer
     than the snapshot's position is in the buffer. One Redis read (the snapshot script)."""
-    sub = broker.subscribe(task_id=task_id)
+    sub = broker.subscribe(task_id=task_id, ticked=True)
     try:
         task, history, position = wq.snapshot(engine, task_id, owner)
     except BaseException:
@@ -143,7 +143,7 @@ def task_stream(
     credential goes). ``opened``: what ``open_task`` returned (else it opens here, anyone's task).
     ``replays``: the process's (web/replay.py), shared by every resuming stream (else its own).
     Its close unwatches and unsubscribes."""
-    sub = opened[0] if opened else broker.subscribe(task_id=task_id)
+    sub = opened[0] if opened else broker.subscribe(task_id=task_id, ticked=True)
     opening = _task_opening(engine, task_id, last_id, retry_ms, opened, replays or Replays(engine))
     return _events(broker, sub, opening, keepalive, watch, until=wq.is_terminal)
 
@@ -237,7 +237,9 @@ def feed_stream(
 ) -> EventStream:
     """Every event of ``owner``'s tasks (all with None), replayed after ``positions``, then live;
     ends early when its subscriber is ended (``watch(sub)``, as ``task_stream``)."""
-    sub = broker.subscribe(everything=True) if owner is None else broker.subscribe(owner=owner)
+    sub = (
+        broker.subscribe(everything=True, ticked=True) if owner is None else broker.subscribe(owner=owner, ticked=True)
+    )
     return _events(broker, sub, _feed_opening(engine, owner, positions, retry_ms), keepalive, watch)
 
 

@@ -209,3 +209,56 @@ def test_a_slow_task_subscriber_is_dropped_and_unindexed_while_the_others_go_on(
         assert broker.wanting(_event("images.a", "alice")) == [reading] and broker.subscribers() == 1
     finally:
         broker.close()
+
+
+def test_a_ticked_subscribers_wait_arms_no_timer_and_ends_at_most_a_tick_late(engine, monkeypatch):
+    import threading
+    import time
+
+    broker = Broker(engine, block_ms=50, tick=0.05)
+    try:
+        sub = broker.subscribe(everything=True, ticked=True)
+        assert sub.ticked and not broker.subscribe(everything=True).ticked  # only those that ask
+        waits = []
+        real = type(sub._wake).acquire
+
+        class Lock:  # the subscriber's lock, recording each wait's timeout
+            def __init__(self, lock):
+                self.lock = lock
+
+            def acquire(self, blocking=True, timeout=-1):
+                waits.append(timeout)
+                return real(self.lock, blocking, timeout)
+
+            def release(self):
+                self.lock.release()
+
+        sub._wake = Lock(sub._wake)
+        start = time.monotonic()
+        assert sub.next(0.2) is None
+        took = time.monotonic() - start
+        assert 0.2 <= took < 0.2 + 0.05 + 1.0 and waits and set(waits) == {-1}  # the ticker woke it; no timer
+        waiter = threading.Thread(target=lambda: waits.append(sub.next(5.0)))
+        waiter.start()
+        engine.submit("render", {"prompt": "a"}, owner="alice")
+        waiter.join(5)
+        assert not waiter.is_alive() and waits[-1]["kind"] == "transition"  # an event wakes it at once
+    finally:
+        broker.close()
+
+
+def test_after_its_broker_closes_a_ticked_subscriber_waits_on_its_own_timer(engine):
+    import threading
+    import time
+
+    broker = Broker(engine, block_ms=50, tick=0.05)
+    sub = broker.subscribe(everything=True, ticked=True)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sub.next(0.5)))
+    waiter.start()
+    wait_until(lambda: sub.due > 0, what="the wait to begin")
+    broker.close()
+    start = time.monotonic()
+    waiter.join(5)
+    assert not waiter.is_alive() and got == [None] and not sub.ticked
+    assert time.monotonic() - start < 2.0
