@@ -23,6 +23,7 @@ from .pool import bounded_engine
 from .replay import Replays
 
 TICK = 1.0  # s: the broker's ticker wakes the streams due for a keep-alive this often
+MIN_TICK = 0.01  # s: however short the keep-alive interval (0 included), the ticker never spins
 
 
 class Deps:
@@ -59,7 +60,7 @@ class Deps:
                 block_ms=self.config["GHOSTLESS_BROKER_BLOCK_MS"],
                 limit=self.config["GHOSTLESS_SSE_BUFFER"],
                 # a stream's keep-alive comes up to this late: at most a second, or half the interval
-                tick=min(TICK, self.config["GHOSTLESS_SSE_KEEPALIVE"] / 2),
+                tick=max(MIN_TICK, min(TICK, self.config["GHOSTLESS_SSE_KEEPALIVE"] / 2)),
             ),
         )
 

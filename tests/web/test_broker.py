@@ -262,3 +262,11 @@ def test_after_its_broker_closes_a_ticked_subscriber_waits_on_its_own_timer(engi
     waiter.join(5)
     assert not waiter.is_alive() and got == [None] and not sub.ticked
     assert time.monotonic() - start < 2.0
+
+
+def test_the_apps_ticker_follows_the_keep_alive_interval_within_bounds(make_app):
+    ticks = {}
+    for keepalive in (15.0, 0.05, 0.0):
+        app = make_app(GHOSTLESS_SSE_KEEPALIVE=keepalive)
+        ticks[keepalive] = app.extensions["ghostless"].broker.tick
+    assert ticks == {15.0: 1.0, 0.05: 0.025, 0.0: 0.01}  # at most 1 s; half the interval; never 0 (a spin)
