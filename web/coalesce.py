@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import weakref
 from collections import deque
 
 import redis
@@ -24,12 +25,13 @@ from ghostless.core.scripts import Scripts
 
 
 class _Call:
-    __slots__ = ("command", "done", "outcome", "script")
+    __slots__ = ("abandoned", "command", "done", "outcome", "script")
 
     def __init__(self, command: tuple, script):
         self.command, self.script = command, script  # script: (Script, keys, args) of an EVALSHA
         self.done = threading.Event()
         self.outcome = None  # the reply, or the exception to raise
+        self.abandoned = False  # its caller stopped waiting: not sent when still queued
 
     def settle(self, outcome) -> None:
         self.outcome = outcome
@@ -50,6 +52,15 @@ class Coalescer:
         self._sender: threading.Thread | None = None
         self._pid = os.getpid()
         self.pipelines = 0  # sent so far (tests, metrics)
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (c := ref()) is not None and c._forked())
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's queue and lock (perhaps held by a parent's thread at the
+        fork) are not the child's; its first read starts its own sender."""
+        self._queue = deque()
+        self._wake = threading.Condition(threading.Lock())
+        self._sender = None
 
     def execute(self, *command):
         return self._call(_Call(command, None))
@@ -68,6 +79,7 @@ class Coalescer:
                 self._sender, self._pid = sender, os.getpid()
             self._wake.notify()
         if not call.done.wait(self.timeout):
+            call.abandoned = True
             raise redis.TimeoutError(f"Redis read not answered within {self.timeout:g}s")
         if isinstance(call.outcome, BaseException):
             raise call.outcome
@@ -79,6 +91,9 @@ class Coalescer:
                 while not self._queue:
                     self._wake.wait()
                 batch = [self._queue.popleft() for _ in range(min(self.limit, len(self._queue)))]
+                batch = [call for call in batch if not call.abandoned]  # after a stall: no stale load
+            if not batch:
+                continue
             try:
                 self._send(batch)
             except Exception as e:  # noqa: BLE001 - the pipeline's error goes to every caller in it; the sender goes on

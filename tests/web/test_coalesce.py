@@ -202,3 +202,47 @@ def test_each_caller_of_a_failed_pipeline_gets_its_own_error_object(engine):
     _join(threads)
     assert all(isinstance(e, redis.ConnectionError) and str(e) == "down" for e in out)
     assert len({id(e) for e in out}) == len(out)  # no one traceback gathering every caller's frames
+
+
+def test_reads_whose_callers_stopped_waiting_are_not_sent(engine, tokens):
+    web = bounded_engine(engine, 1, 10.0)
+    coalescer = web.scripts.coalescer
+    held = web.redis.connection_pool.get_connection()
+    try:
+        first, threads = _in_threads(web.users.authenticate, [(tokens["root"],)])
+        wait_until(lambda: coalescer._sender is not None and not coalescer._queue, what="the first read taken")
+        coalescer.timeout = 0.05  # for the calls from now on (the first waits 10 s)
+        late, more = _in_threads(web.users.authenticate, [(tokens["alice"],)] * 5)
+        _join(more)
+        assert all(isinstance(e, redis.TimeoutError) for e in late)
+    finally:
+        web.redis.connection_pool.release(held)
+    _join(threads)
+    assert first[0].name == "root"
+    coalescer.timeout = 10.0
+    assert web.users.authenticate(tokens["bob"]).name == "bob"
+    assert coalescer.pipelines == 2  # the first read, then bob's: the five abandoned ones were never sent
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_a_thread_holds_the_coalescers_lock_still_reads(redis_server):
+    client = redis_server.client()
+    client.flushall()
+    client.set("t:k", "v")
+    coalescer = Coalescer(client, timeout=5.0, limit=10)
+    assert coalescer.execute("GET", "t:k") == b"v"
+    with coalescer._wake:  # held by this thread at the fork: in the child, nobody would ever release it
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                os.write(write, coalescer.execute("GET", "t:k") or b"none")
+            finally:
+                os._exit(0)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as answer:
+            assert answer.read() == b"v"
+    finally:
+        os.waitpid(pid, 0)
+        client.close()
