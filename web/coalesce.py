@@ -99,9 +99,7 @@ class Coalescer:
             except Exception as e:  # noqa: BLE001 - the pipeline's error goes to every caller in it; the sender goes on
                 for call in batch:
                     call.settle(copy.copy(e))  # each its own: one shared object would gather every caller's traceback
-            except (
-                BaseException
-            ) as e:  # stopped (GreenletExit, a timeout): its callers are answered, the next call starts another
+            except BaseException as e:  # stopped (a greenlet killed): answer its callers; the next call starts another
                 for call in batch:
                     call.settle(redis.ConnectionError(f"the read's sender stopped: {e!r}"))
                 raise
@@ -124,20 +122,23 @@ class Coalescer:
 
 def read(engine, *command):
     """The reply of credential read ``command`` (a session's GET) on ``engine``: through its scripts'
-    coalescer when it has one (the web's bounded engine), else sent alone."""
-    coalescer = getattr(engine.scripts, "coalescer", None)
-    return engine.redis.execute_command(*command) if coalescer is None else coalescer.execute(*command)
+    coalescer when it has them (the web's bounded engine), else sent alone."""
+    if isinstance(engine.scripts, CoalescedScripts):
+        return engine.scripts.credentials.execute(*command)
+    return engine.redis.execute_command(*command)
 
 
 class CoalescedScripts(Scripts):
-    """The engine's scripts, whose reads go through coalescers: a token's user (and a session's GET,
-    ``read``) through ``coalescer``, a task's snapshot through ``snapshots`` of its own, so that
-    credential checks never wait behind large snapshots (a task's args and result, up to MiBs)."""
+    """The engine's scripts on ``client``, whose reads go through two coalescers (``timeout`` and
+    ``limit`` as Coalescer's): a token's user (and a session's GET, ``read``) through
+    ``credentials``, a task's snapshot through ``snapshots``, so that credential checks never wait
+    behind large snapshots (a task's args and result, up to MiBs)."""
 
-    def __init__(self, client, config, coalescer: Coalescer, snapshots: Coalescer, on_resolve=None):
+    def __init__(self, client, config, timeout: float, limit: int, on_resolve=None):
         super().__init__(client, config, on_resolve=on_resolve)
-        self.coalescer, self.snapshots = coalescer, snapshots
+        self.credentials = Coalescer(client, timeout, limit)
+        self.snapshots = Coalescer(client, timeout, limit)
 
     def _read(self, name, keys, args) -> list:
-        coalescer = self.snapshots if name == "read" else self.coalescer
+        coalescer = self.snapshots if name == "read" else self.credentials
         return parse(coalescer.script(self._scripts[name], keys, [*self._cfg, *args]))

@@ -9,7 +9,7 @@ opener. The web instead serves the app's engine through a copy of its client
 ``GHOSTLESS_REDIS_WAIT`` seconds (30) for one, then gets ``redis.ConnectionError`` (a
 ``MaxConnectionsError``; a stream opener answers it with an EventSource retry, web/sse.py).
 0 connections: the app's engine as it is. Its reads of a token's user, a session and a task's
-snapshot go through Coalescers (web/coalesce.py; one for credentials, one for snapshots): every
+snapshot go through coalescers (web/coalesce.py; one for credentials, one for snapshots): every
 such read of the moment in one pipeline, at most ``GHOSTLESS_REDIS_BATCH`` (200) a time; not on
 a Redis Cluster, where one unreachable shard would fail the whole pipeline.
 
@@ -26,7 +26,7 @@ from ghostless.core.cluster import is_cluster
 from ghostless.core.scripts import Scripts
 from ghostless.core.users import Users
 
-from .coalesce import CoalescedScripts, Coalescer
+from .coalesce import CoalescedScripts
 
 DEFAULTS = {"GHOSTLESS_REDIS_CONNECTIONS": 8, "GHOSTLESS_REDIS_WAIT": 30.0, "GHOSTLESS_REDIS_BATCH": 200}
 
@@ -53,10 +53,13 @@ def bounded_engine(engine, connections: int, wait: float, batch: int = DEFAULTS[
         pool.disconnect(inuse_connections=False)
     # Not on a cluster: its pipeline fails whole when one shard is unreachable, and would fail
     # the reads of every healthy shard with it until the failover.
-    coalesce = int(batch) > 0 and not is_cluster(client)
-    timeout = float(wait) + (_socket_timeout(client) or 10.0)
-    coalescers = (Coalescer(client, timeout, int(batch)), Coalescer(client, timeout, int(batch))) if coalesce else None
-    return BoundedEngine(engine, client, coalescers)
+    on_resolve = engine.scripts.on_resolve
+    if int(batch) > 0 and not is_cluster(client):
+        timeout = float(wait) + (_socket_timeout(client) or 10.0)
+        scripts = CoalescedScripts(client, engine.config, timeout, int(batch), on_resolve=on_resolve)
+    else:
+        scripts = Scripts(client, engine.config, on_resolve=on_resolve)
+    return BoundedEngine(engine, client, scripts)
 
 
 def _pools(client) -> list:
@@ -80,14 +83,10 @@ class BoundedEngine:
 
     _OWN = ("redis", "scripts", "users")
 
-    def __init__(self, engine, client, coalescers: tuple[Coalescer, Coalescer] | None = None):
+    def __init__(self, engine, client, scripts: Scripts | None = None):
         object.__setattr__(self, "_engine", engine)
         object.__setattr__(self, "redis", client)
-        on_resolve = engine.scripts.on_resolve
-        if coalescers is None:
-            scripts = Scripts(client, engine.config, on_resolve=on_resolve)
-        else:
-            scripts = CoalescedScripts(client, engine.config, *coalescers, on_resolve=on_resolve)
+        scripts = scripts or Scripts(client, engine.config, on_resolve=engine.scripts.on_resolve)
         object.__setattr__(self, "scripts", scripts)
         object.__setattr__(self, "users", Users(client, engine.keys, scripts))
 

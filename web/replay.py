@@ -21,7 +21,7 @@ import time
 import redis
 
 from . import queries as wq
-from .eventstream import format_event
+from .eventstream import event_message
 
 KEEP = 10.0  # s a queue's span serves resuming streams before it is read afresh
 LOCK_WAIT = 10.0  # s a resume waits for its queue's span, being read by another, before its retry answer
@@ -122,9 +122,7 @@ class Replays:
         newest, read = after, 0
         for ev in wq.read_stream(self.engine, queue, f"({_text(after)}", _text(upto) if upto else "+"):
             newest, read = wq.parse_stream_id(ev["stream_id"]), read + 1
-            got.setdefault(ev["task_id"], []).append(
-                (newest, format_event(ev["stream_id"], ev["kind"], ev), wq.is_terminal(ev))
-            )
+            got.setdefault(ev["task_id"], []).append((newest, event_message(ev["stream_id"], ev), wq.is_terminal(ev)))
         for task_id, events in got.items():
             held = span.by_task.setdefault(task_id, [])
             if front:

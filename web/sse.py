@@ -207,9 +207,9 @@ def _task_opening(engine, task_id: str, last_id: str | None, retry_ms: int, open
 def _resumable(task, last_id: str, position: str) -> bool:
     """Whether ``last_id`` is an id this task's stream may have sent: at most the snapshot's
     ``position``, and not older than the task (its submit's event came at its creation)."""
-    ms, _ = wq.parse_stream_id(last_id)
+    last = wq.parse_stream_id(last_id)
     born = round(task.created_at * 1000) if task.created_at is not None else 0
-    return wq.parse_stream_id(last_id) <= wq.parse_stream_id(position) and ms >= born
+    return last <= wq.parse_stream_id(position) and last[0] >= born
 
 
 @bp.get("/events")

@@ -20,6 +20,7 @@ from ghostless import Engine
 from ghostless.core.sweepers import record_tick
 from ghostless.web import close_app, create_app, queries as wq
 from ghostless.web.broker import Broker
+from ghostless.web.coalesce import CoalescedScripts
 from ghostless.web.positions import Positions
 from tests.conftest import register_test_types
 from tests.support.procs import ROOT, Proc
@@ -98,7 +99,7 @@ def test_on_a_cluster_concurrent_openings_read_each_shards_tasks_on_their_own(on
     engine, app, _auth = on_cluster
     web = app.extensions["ghostless"].engine
     # Not coalesced: a cluster pipeline fails whole when one shard is unreachable (web/pool.py).
-    assert not hasattr(web.scripts, "coalescer")
+    assert not isinstance(web.scripts, CoalescedScripts)
     tasks = [
         engine.submit(type_name, {}, owner=owner) for type_name in ("render", "brief") for owner in ("alice", "bob")
     ]

@@ -45,7 +45,7 @@ def _join(threads) -> None:
 def test_the_web_reads_users_and_snapshots_through_coalescers_and_batch_0_turns_them_off(make_app):
     web = make_app().extensions["ghostless"].engine
     assert isinstance(web.scripts, CoalescedScripts) and web.users.scripts is web.scripts
-    credentials, snapshots = web.scripts.coalescer, web.scripts.snapshots
+    credentials, snapshots = web.scripts.credentials, web.scripts.snapshots
     assert credentials is not snapshots and credentials.client is snapshots.client is web.redis
     assert credentials.limit == snapshots.limit == 200
     plain = make_app(GHOSTLESS_REDIS_BATCH=0).extensions["ghostless"].engine
@@ -54,7 +54,7 @@ def test_the_web_reads_users_and_snapshots_through_coalescers_and_batch_0_turns_
 
 def test_reads_queued_while_a_pipeline_waits_go_in_the_next_one_and_each_caller_gets_its_own(engine, tokens):
     web = bounded_engine(engine, 1, 10.0)
-    credentials, snapshots = web.scripts.coalescer, web.scripts.snapshots
+    credentials, snapshots = web.scripts.credentials, web.scripts.snapshots
     tasks = [task_in(engine, State.PENDING, owner=name) for name in ("alice", "bob") * 10]
     held = web.redis.connection_pool.get_connection()  # each sender's first pipeline waits for it
 
@@ -109,7 +109,7 @@ def test_a_script_the_server_has_forgotten_is_loaded_and_answered(engine, tokens
     web = bounded_engine(engine, 2, 10.0)
     web.redis.script_flush()
     assert web.users.authenticate(tokens["alice"]).name == "alice"
-    assert web.scripts.coalescer.pipelines == 1
+    assert web.scripts.credentials.pipelines == 1
 
 
 def test_a_pipeline_that_cannot_get_a_connection_in_time_raises_to_every_caller_in_it(engine, tokens):
@@ -126,14 +126,14 @@ def test_a_pipeline_that_cannot_get_a_connection_in_time_raises_to_every_caller_
 
 def test_a_read_not_answered_in_time_raises_a_timeout_and_later_reads_are_served(engine, tokens):
     web = bounded_engine(engine, 1, 10.0)
-    web.scripts.coalescer.timeout = 0.1
+    web.scripts.credentials.timeout = 0.1
     held = web.redis.connection_pool.get_connection()
     try:
         with pytest.raises(redis.TimeoutError, match=r"not answered within 0\.1s"):
             web.users.authenticate(tokens["alice"])
     finally:
         web.redis.connection_pool.release(held)
-    web.scripts.coalescer.timeout = 10.0
+    web.scripts.credentials.timeout = 10.0
     assert web.users.authenticate(tokens["bob"]).name == "bob"
 
 
@@ -166,16 +166,16 @@ def test_a_cookie_sessions_read_goes_through_the_coalescer_of_the_webs_engine(ap
     client = app.test_client()
     assert client.post("/login", data={"token": tokens["alice"]}).status_code in (302, 303)
     web = app.extensions["ghostless"].engine
-    before = web.scripts.coalescer.pipelines
+    before = web.scripts.credentials.pipelines
     assert client.get("/api/me").get_json()["user"] == "alice"
-    assert web.scripts.coalescer.pipelines == before + 2  # the session's GET, then the token's user
+    assert web.scripts.credentials.pipelines == before + 2  # the session's GET, then the token's user
     assert coalesce.read(engine, "GET", "t:nothing-here") is None  # an engine without one: sent alone
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the stopped sender's exit
 def test_a_stopped_sender_is_replaced_by_the_next_call_and_its_callers_are_answered(engine, tokens):
     web = bounded_engine(engine, 2, 10.0)
-    coalescer = web.scripts.coalescer
+    coalescer = web.scripts.credentials
     assert web.users.authenticate(tokens["alice"]).name == "alice"
     stopped = coalescer._sender
 
@@ -206,7 +206,7 @@ def test_each_caller_of_a_failed_pipeline_gets_its_own_error_object(engine):
 
 def test_reads_whose_callers_stopped_waiting_are_not_sent(engine, tokens):
     web = bounded_engine(engine, 1, 10.0)
-    coalescer = web.scripts.coalescer
+    coalescer = web.scripts.credentials
     held = web.redis.connection_pool.get_connection()
     try:
         first, threads = _in_threads(web.users.authenticate, [(tokens["root"],)])
