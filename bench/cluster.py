@@ -62,6 +62,7 @@ from bench._common import (
     verdict,
 )
 from ghostless import Config, GhostlessError, RedisSetupError, ReplicationTimeout
+from ghostless.core.keys import BODY_HISTORY
 from tests.support.cluster import Cluster, redis_cli_path
 from tests.support.replicas import attach
 
@@ -425,7 +426,7 @@ def check(cluster: Cluster, namespace: str, queues: list[str], outs: list[dict])
         for tid in chunk:
             keys = engine.keys.task(tid)
             pipe.hget(keys.task, "status")
-            pipe.lrange(keys.history, 0, -1)
+            pipe.lrange(keys.body, BODY_HISTORY, -1)
         replies = pipe.execute()
         for i in range(len(chunk)):
             status, history = replies[2 * i], [json.loads(e) for e in replies[2 * i + 1]]

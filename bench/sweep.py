@@ -4,7 +4,7 @@
     delayed an hour in the dispatch set, 100k PROCESSING with hour-long leases, 100k SUCCESS in the
     expiry set), beside a tick over an empty queue, interleaved; median of TICKS ticks each.
     Loading: the real scripts write one template task per state; a bench-only Lua loader then
-    clones its keys (COPY of the hash, id field replaced; args, result, history) under new ids and adds them
+    clones its keys (COPY of the hash, id field replaced, and of its body) under new ids and adds them
     to the queue index, the owner index and the deadline set at the template's scores. Not cloned:
     the queue's event stream entries (capped at Config.stream_maxlen; a tick never reads it).
 (b) reclaim: RECLAIM PENDING tasks (one real submit, cloned as in (a)), each claimed through the real
@@ -90,8 +90,7 @@ class IdleDispatcher:
 CLONE = """
 local tkey, counts = KEYS[1], KEYS[2]
 local prefix, idprefix, first, count, tid = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local parts = {'', ':args', ':history'}
-if redis.call('EXISTS', tkey .. ':result') == 1 then parts[#parts + 1] = ':result' end
+local parts = {'', ':body'}
 local zsets, scores, pending = {}, {}, {}
 for i = 3, #KEYS do
   zsets[#zsets + 1] = KEYS[i]
@@ -319,14 +318,15 @@ def bench_memory(r) -> dict:
     # does (pipelined batches would leave runs of one kind, which Redis stores more compactly).
     ids = pipelined_lifecycles(engine, "job", ARGS, RESULT, MEM_TASKS, 1, steps=REALISTIC_STEPS)
     sample = ids[-200:]
-    per_key = {"task hash": [], "args": [], "result": [], "history": []}
+    per_key = {"task hash": [], "body (args, result, history)": []}
     args_len, result_len = [], []
     for tid in sample:
         k = engine.keys.task(tid)
-        for name, key in (("task hash", k.task), ("args", k.args), ("result", k.result), ("history", k.history)):
+        for name, key in zip(per_key, (k.task, k.body)):
             per_key[name].append(usage(r, key))
-        args_len.append(r.strlen(k.args))
-        result_len.append(r.strlen(k.result))
+        assert not r.exists(k.args, k.result, k.history)  # a task from before the body would have them
+        args_len.append(len(r.lindex(k.body, 0)))
+        result_len.append(len(r.lindex(k.body, 1)))
         assert r.hget(k.task, "status") == b"SUCCESS"
     k = engine.keys.task(ids[0])
     n_tasks = r.zcard(k.index)

@@ -26,7 +26,7 @@ local worker, claim_id, dispatch_id, types = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
 local function lease_reply(code)
-  return {code, t.token, t.attempt, redis.call('GET', K.args), t.type, t.lease_ms, t.max_attempts,
+  return {code, t.token, t.attempt, body_args(K), t.type, t.lease_ms, t.max_attempts,
     redis.call('HGETALL', K.checkpoints)}
 end
 if t.status == 'PROCESSING' and t.claim_id == claim_id then return lease_reply(C.REPLAYED) end

@@ -14,7 +14,7 @@ local token, claim = ARGV[5], ARGV[6]
 local refused = check_lease(K, t, 'complete', token, claim, ARGV[8], now, true)
 if refused then return refused end
 
-redis.call('SET', K.result, ARGV[7])
+body_set_result(K, ARGV[7])
 breaker_outcome(K, KEYS[T + 1], t, true, now, breaker_cfg(ARGV[9]))
 change(K, t, 'complete', 'SUCCESS', now, 0,
   {finished_at = now, progress = 1, ended_token = token, ended_by = 'complete', error_kind = '',

@@ -24,7 +24,7 @@ local now = now_ms()
 local quota = ARGV[9] or ''
 local rate_key = quota ~= '' and KEYS[2 * T + 2] or nil
 local refused, rate_state = quota_check(K, rate_key, t.owner, quota, 0,
-  #ARGV[8] - redis.call('STRLEN', K.args), now)
+  #ARGV[8] - #(body_args(K) or ''), now)
 if refused then return refused end
 quota_charge(rate_key, rate_state, now)
 -- The replacement waits on the same parents; the engine resolves it at once (which registers it

@@ -25,5 +25,5 @@ redis.call('ZREM', K.index, t.id)
 redis.call('ZREM', K.pending_since, t.id)
 redis.call('ZREM', K.queued_since, t.id)
 if KEYS[T + 1] then redis.call('ZREM', KEYS[T + 1], t.id) end
-redis.call('DEL', K.task, K.args, K.result, K.history, K.checkpoints, K.children, K.notifications)
+redis.call('DEL', K.task, K.body, K.args, K.result, K.history, K.checkpoints, K.children, K.notifications)
 return {C.OK}

@@ -20,10 +20,9 @@ for i = 1, #KEYS / T do
   if #flat == 0 or (ARGV[5] ~= '1' and owner ~= ARGV[6]) then
     out[#out + 1] = {}
   else
-    local e = {flat, redis.call('GET', k.args), redis.call('GET', k.result),
-      redis.call('ZRANK', k.ready, ARGV[7 + i])}
+    local e = {flat, body_args(k), body_result(k), redis.call('ZRANK', k.ready, ARGV[7 + i])}
     if ARGV[7] == '1' then
-      e[5] = redis.call('LRANGE', k.history, 0, -1)
+      e[5] = body_history(k)
       local last = redis.call('XREVRANGE', k.events, '+', '-', 'COUNT', 1)
       e[6] = last[1] and last[1][1] or '0-0'
     end

@@ -56,10 +56,12 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
         rows = pipe.execute()
         pipe = r.pipeline(transaction=False)
         for tid, row in zip(chunk, rows):
-            pipe.zscore(k.owner_index(queue, text(row[6])), tid).strlen(k.task(tid).args)
+            tk = k.task(tid)
+            pipe.zscore(k.owner_index(queue, text(row[6])), tid).lindex(tk.body, 0).strlen(tk.args)
         replies = pipe.execute()
-        for tid, row, listed, args_bytes in zip(chunk, rows, replies[::2], replies[1::2]):
+        for tid, row, listed, args, legacy_bytes in zip(chunk, rows, replies[::3], replies[1::3], replies[2::3]):
             seen.add(tid)
+            args_bytes = legacy_bytes if args is None else len(args)  # a task from before the body: its args key
             status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting, expires = (
                 text_or_none(x) for x in row
             )

@@ -94,6 +94,11 @@ def _owner_digest(owner: str) -> str:
     return hashlib.sha256(owner.encode()).hexdigest()[:32]
 
 
+#: The index of a task body's first history entry: a body is [args JSON, result JSON, history...]
+#: (TaskKeys.body; lua/lib/task.lua).
+BODY_HISTORY = 2
+
+
 class TaskKeys(NamedTuple):
     """The keys every task script receives, in this order (KEYS[1..T], T = len(TaskKeys._fields)).
 
@@ -102,9 +107,10 @@ class TaskKeys(NamedTuple):
     """
 
     task: str  # hash: the task's fields
-    args: str  # string: args JSON (kept out of the hash so it stays listpack)
-    result: str  # string: result JSON
-    history: str  # list: the task's own capped history (JSON entries)
+    body: str  # list: args JSON, result JSON ('' until SUCCESS), then the capped history (lua/lib/task.lua)
+    args: str  # string: args JSON of a task from before the body (read only: lib/task.lua body_args)
+    result: str  # string: result JSON of a task from before the body (written only for one)
+    history: str  # list: the history of a task from before the body (JSON entries; written only for one)
     checkpoints: str  # hash: checkpoint key -> JSON value, kept across attempts
     events: str  # stream: the queue's capped event stream
     counts: str  # hash: state -> number of tasks in it
@@ -154,6 +160,7 @@ class Keys:
         t = f"{q}:task:{task_id}"
         return TaskKeys(
             task=t,
+            body=f"{t}:body",
             args=f"{t}:args",
             result=f"{t}:result",
             history=f"{t}:history",

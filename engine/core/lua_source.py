@@ -17,7 +17,7 @@ from pathlib import Path
 from . import priority
 from .config import DURATION_BUCKETS, WAKE_WITHIN, ms
 from .errors import Code
-from .keys import TaskKeys
+from .keys import BODY_HISTORY, TaskKeys
 from .models import HISTORY_NAMES
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 from .streams import STREAM_LAYOUT
@@ -67,6 +67,7 @@ local DEADLINE_SET = {{{sets}}}
 local PRIORITY_SPAN = {priority.SPAN}
 local WAKE_WITHIN_MS = {int(WAKE_WITHIN * 1000)}
 local BUCKETS_MS = {{{", ".join(str(ms(b)) for b in DURATION_BUCKETS)}}}  -- config.py DURATION_BUCKETS
+local BODY_HISTORY = {BODY_HISTORY}  -- keys.py: a task body's first history entry
 local T = {n}  -- the task's keys (engine/core/keys.py TaskKeys); a script's extra keys follow: KEYS[T + 1], ...
 local function taskkeys(o)
   return {{{fields}}}

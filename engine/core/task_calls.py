@@ -12,7 +12,7 @@ from ghostless.core import dependencies as deps
 
 from . import plans
 from .errors import Code, TaskNotFound
-from .keys import new_task_id, parse_task_id
+from .keys import BODY_HISTORY, new_task_id, parse_task_id
 from .models import Event, Task
 from .quota import Quota
 from .steps import Blocking, Call, Command, ReadTasks
@@ -47,7 +47,10 @@ def history(engine, task_id: str) -> Call[list[Event]]:
     """The task's transitions, stages and refused stale calls, oldest first (capped)."""
     if parse_task_id(task_id) is None:
         return []
-    rows = yield Command("lrange", (engine.keys.task(task_id).history, 0, -1))
+    keys = engine.keys.task(task_id)
+    rows = yield Command("lrange", (keys.body, BODY_HISTORY, -1))
+    if not rows:  # a task from before the body (keys.py TaskKeys), or none
+        rows = yield Command("lrange", (keys.history, 0, -1))
     return [Event.from_json(e) for e in rows]
 
 

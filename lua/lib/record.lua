@@ -5,6 +5,8 @@
 -- engine resolves the waiting tasks at once (lib: finish).
 local RESOLVE_DUE = false
 local RECHECK_MS = 60000  -- a waiting task looks at its parents at least this often (safety net)
+-- Fields of a PROCESSING task's attempt only: a task that leaves PROCESSING keeps none of them.
+local ATTEMPT_FIELDS = {'lease_until', 'attempt_deadline', 'stage_deadline', 'stage_since'}
 
 -- The reply of a script that may end a task.
 local function finish(reply)
@@ -35,9 +37,7 @@ local function emit(K, t, kind, now, ev, hist)
     for k, v in pairs(ev) do
       if v ~= '' then h[HN[k] or k] = v end
     end
-    if redis.call('RPUSH', K.history, cjson.encode(h)) > CFG.history_max then
-      redis.call('LTRIM', K.history, -CFG.history_max, -1)
-    end
+    body_record(K, cjson.encode(h), CFG.history_max)
   end
 end
 
@@ -106,7 +106,7 @@ end
 -- submitted before the counts existed ended) goes too, so the counts are right again once the
 -- owner has no unfinished task left.
 local function count_unfinished(K, t, delta)
-  local bytes = t.args_bytes or redis.call('STRLEN', K.args)
+  local bytes = t.args_bytes or #(body_args(K) or '')
   if redis.call('HINCRBY', K.owners, 'n:' .. t.owner, delta) <= 0 then redis.call('HDEL', K.owners, 'n:' .. t.owner) end
   if redis.call('HINCRBY', K.owners, 'b:' .. t.owner, delta * bytes) <= 0 then
     redis.call('HDEL', K.owners, 'b:' .. t.owner)
@@ -180,6 +180,11 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   local is_open = not TERMINAL[to] or passing == true
   if was_open ~= is_open then count_unfinished(K, t, is_open and 1 or -1) end
   t.passing = passing
+  if from == 'PROCESSING' and to ~= 'PROCESSING' then  -- the attempt's deadlines end with it
+    for _, k in ipairs(ATTEMPT_FIELDS) do
+      if fields[k] == nil then fields[k] = '' end
+    end
+  end
   fields.status = to
   fields.state_since = now
   fields.updated_at = now
@@ -240,7 +245,7 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
   f.token = 0
   f.progress = 0
   f.created_at = now
-  redis.call('SET', K.args, args_json)
+  body_new(K, args_json)
   redis.call('ZADD', K.index, now, f.id)
   redis.call('ZADD', owner_index, now, f.id)
   local first = watch_time(f)

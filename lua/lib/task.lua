@@ -24,15 +24,22 @@ local function load_listed(key, set, id)
   return t
 end
 
--- Writes `fields` to the hash (one HSET) and mirrors them into `t`.
+-- Writes `fields` to the hash (one HSET) and mirrors them into `t`. An empty value is no field:
+-- it is deleted (one HDEL), so a task keeps only what it has (readers default what is absent).
 local function save_task(key, t, fields)
-  local args = {}
+  local args, gone = {}, {}
   for k, v in pairs(fields) do
-    args[#args + 1] = k
-    args[#args + 1] = v
-    t[k] = v
+    if v == '' then
+      gone[#gone + 1] = k
+      t[k] = nil
+    else
+      args[#args + 1] = k
+      args[#args + 1] = v
+      t[k] = v
+    end
   end
   if #args > 0 then redis.call('HSET', key, unpack(args)) end
+  if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
 end
 
 -- Owner check done inside the script: a foreign task looks exactly like a missing one.
@@ -45,4 +52,52 @@ local function lease_deadline(t)
   local d = math.min(t.lease_until, t.attempt_deadline)
   if t.stage_deadline and t.stage_deadline > 0 then d = math.min(d, t.stage_deadline) end
   return d
+end
+
+--- The task's body: one list of its args JSON (index 0), its result JSON (index 1, '' until
+--- SUCCESS) and its history entries (from index 2, oldest first), so that a task is two keys, its
+--- hash and its body, not four. A task from before the body keeps its args, result and history
+--- under K.args, K.result and K.history (engine/core/keys.py TaskKeys): each helper falls back on them.
+--- BODY_HISTORY (the preamble's, from keys.py) is the index of the first history entry.
+local TRIMMED = '\0trimmed'  -- no JSON text: marks the entry LREM takes out (a list has no "remove at")
+
+local function body_new(K, args_json)
+  redis.call('RPUSH', K.body, args_json, '')
+end
+
+-- The args JSON (false when the task has none: it is gone).
+local function body_args(K)
+  return redis.call('LINDEX', K.body, 0) or redis.call('GET', K.args)
+end
+
+-- The result JSON, or false before SUCCESS.
+local function body_result(K)
+  local result = redis.call('LINDEX', K.body, 1)
+  if result == false then return redis.call('GET', K.result) end
+  return result ~= '' and result
+end
+
+local function body_set_result(K, result_json)
+  if redis.call('EXISTS', K.body) == 1 then
+    redis.call('LSET', K.body, 1, result_json)
+  else
+    redis.call('SET', K.result, result_json)
+  end
+end
+
+-- The history entries, oldest first.
+local function body_history(K)
+  if redis.call('EXISTS', K.body) == 1 then return redis.call('LRANGE', K.body, BODY_HISTORY, -1) end
+  return redis.call('LRANGE', K.history, 0, -1)
+end
+
+-- Appends a history entry, keeping the newest `max`.
+local function body_record(K, entry, max)
+  local n = redis.call('RPUSHX', K.body, entry)
+  if n == 0 then
+    if redis.call('RPUSH', K.history, entry) > max then redis.call('LTRIM', K.history, -max, -1) end
+  elseif n > max + BODY_HISTORY then
+    redis.call('LSET', K.body, BODY_HISTORY, TRIMMED)
+    redis.call('LREM', K.body, 1, TRIMMED)
+  end
 end

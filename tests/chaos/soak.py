@@ -89,6 +89,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ghostless import Config, Engine, IllegalTransition, RedisSetupError, ReplicationTimeout, TaskNotFound  # noqa: E402
+from ghostless.core.keys import BODY_HISTORY  # noqa: E402
 from ghostless.core.models import history_entry  # noqa: E402
 from ghostless.core.states import TERMINAL, State  # noqa: E402
 from tests.chaos.app import WAIT_TIMEOUT, register, type_name  # noqa: E402
@@ -674,8 +675,8 @@ def check_run(engine: Engine, ids: list[str], log_path: str, report: Report, que
         for tid in chunk:
             k = engine.keys.task(tid)
             pipe.hgetall(k.task)
-            pipe.lrange(k.history, 0, -1)
-            pipe.get(k.result)
+            pipe.lrange(k.body, BODY_HISTORY, -1)
+            pipe.lindex(k.body, 1)
         replies = pipe.execute()
         for i, tid in enumerate(chunk):
             h = {a.decode(): b.decode() for a, b in replies[3 * i].items()}

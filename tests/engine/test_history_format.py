@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ghostless import LeaseLost
+from ghostless.core.keys import BODY_HISTORY
 from ghostless.core.models import HISTORY_NAMES, history_entry
 from tests.support.snapshots import reclaimed
 
@@ -31,7 +32,7 @@ def as_before(raw: bytes) -> str:
 
 def test_entries_are_stored_under_the_short_names(engine):
     task = lived(engine)
-    stored = [json.loads(e) for e in engine.redis.lrange(engine.keys.task(task.id).history, 0, -1)]
+    stored = [json.loads(e) for e in engine.redis.lrange(engine.keys.task(task.id).body, BODY_HISTORY, -1)]
     assert stored and all(set(e).isdisjoint(HISTORY_NAMES) for e in stored), stored  # no long name left
     kinds = [e.get(HISTORY_NAMES["kind"], "transition") for e in stored]
     assert kinds.count("stage") == 2 and kinds.count("stale") == 1 and "progress" not in kinds
@@ -40,13 +41,13 @@ def test_entries_are_stored_under_the_short_names(engine):
 
 def test_an_entry_written_with_the_long_names_reads_the_same(engine):
     task = lived(engine)
-    key = engine.keys.task(task.id).history
+    key = engine.keys.task(task.id).body
     now = engine.history(task.id)
     assert [e.verb for e in now if e.kind == "transition"] == ["submit", "claim", "release", "claim", "complete"]
     assert [(e.kind, e.verb, str(e.extra["token"])) for e in now if e.kind == "stale"] == [("stale", "complete", "1")]
     assert [e.extra.get("from_stage") for e in now if e.kind == "stage"] == [None, "generating"]
-    old = [as_before(e) for e in engine.redis.lrange(key, 0, -1)]
+    old = [as_before(e) for e in engine.redis.lrange(key, BODY_HISTORY, -1)]
     assert all('"kind"' in e and '"at"' in e for e in old)
-    engine.redis.delete(key)
+    engine.redis.ltrim(key, 0, BODY_HISTORY - 1)
     engine.redis.rpush(key, *old)
     assert engine.history(task.id) == now

@@ -10,10 +10,11 @@ from tests.support.snapshots import in_state
 
 
 def trapped(engine, task_id: str) -> None:
-    """Make reading the task's args, result or history fail loudly: those keys become sets, so a
-    GET or LRANGE of them is a WRONGTYPE error (a spy that also sees inside scripts)."""
+    """Make reading the task's args, result or history fail loudly: their keys (its body, and those
+    of a task from before the body) become sets, so a GET, LINDEX or LRANGE of them is a WRONGTYPE
+    error (a spy that also sees inside scripts)."""
     k = engine.keys.task(task_id)
-    for key in (k.args, k.result, k.history):
+    for key in (k.body, k.args, k.result, k.history):
         engine.redis.delete(key)
         engine.redis.sadd(key, "trap")
 

@@ -75,7 +75,7 @@ from ghostless import (
     WrongDispatch,
 )
 from ghostless.core.errors import AttemptEnded
-from ghostless.core.keys import new_task_id
+from ghostless.core.keys import BODY_HISTORY, new_task_id
 from ghostless.core.models import history_entry
 from tests.support.fakes import FakeDispatcher
 from tests.support.wait import server_ms, wait_for_server_time
@@ -242,14 +242,14 @@ class TaskMachine(RuleBasedStateMachine):
         """Everything a call might change about a task: its hash, args, result and checkpoints."""
         k = self.engine.keys.task(task_id)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hgetall(k.task).get(k.args).get(k.result).hgetall(k.checkpoints)
+        pipe.hgetall(k.task).lrange(k.body, 0, BODY_HISTORY - 1).hgetall(k.checkpoints)
         return tuple(pipe.execute())
 
     def _stale_count(self, queue: str) -> int:
         return int(self.redis.hget(self.engine.keys.queue_key(queue, "stats"), "stale_rejections") or 0)
 
     def _history(self, task_id: str) -> list[dict]:
-        return [history_entry(e) for e in self.redis.lrange(self.engine.keys.task(task_id).history, 0, -1)]
+        return [history_entry(e) for e in self.redis.lrange(self.engine.keys.task(task_id).body, BODY_HISTORY, -1)]
 
     def _unchanged(self, task_id: str, call):
         """Run ``call``, which must change nothing about the task; return what it returned."""
@@ -799,6 +799,10 @@ class TaskMachine(RuleBasedStateMachine):
 
     def _sweep(self, batch: int) -> None:
         t0 = server_ms(self.redis)
+        # An attempt's lease is gone from the hash once the attempt ends: read it before the sweep.
+        keys = self.engine.keys
+        running = [m.id for m in self.model.values() if m.status == R]
+        self._lease_until = {tid: int(self.redis.hget(keys.task(tid).task, "lease_until")) for tid in running}
         report = self.engine.sweep(batch)
         expired = timed_out = promoted = lapsed = 0
         for m in list(self.model.values()):
@@ -873,7 +877,7 @@ class TaskMachine(RuleBasedStateMachine):
             assert reason == f"stage_timeout:{m.stage}", reason
         else:
             assert reason == "heartbeat_lost", reason
-            lease_until = int(self.redis.hget(self.engine.keys.task(m.id).task, "lease_until"))
+            lease_until = self._lease_until[m.id]
             assert lease_until <= expire_at, "heartbeat_lost before the lease lapsed"
         if got.status == T:
             return
@@ -985,7 +989,7 @@ class TaskMachine(RuleBasedStateMachine):
         pipe = self.redis.pipeline(transaction=False)
         for m in models:
             k = self.engine.keys.task(m.id)
-            pipe.lrange(k.history, m.seen, -1).hget(k.task, "dispatch_id")
+            pipe.lrange(k.body, BODY_HISTORY + m.seen, -1).hget(k.task, "dispatch_id")
         replies = pipe.execute()
         for m, entries, dispatch_id in zip(models, replies[::2], replies[1::2]):
             assert (dispatch_id or b"").decode() == m.dispatch_id, f"{m.id}: dispatch {dispatch_id}"

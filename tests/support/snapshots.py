@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 from ghostless import Config, Engine, Lease, State
+from ghostless.core.keys import BODY_HISTORY
 from tests.conftest import register_test_types
 from tests.support.wait import wait_for_server_time
 
@@ -25,11 +26,12 @@ def raw_task(engine: Engine, task_id: str) -> dict[str, str]:
 def task_snapshot(engine: Engine, task_id: str) -> dict:
     """Every key of one task, and its score in each deadline set and the index."""
     k, r = engine.keys.task(task_id), engine.redis
+    body = [_s(v) for v in r.lrange(k.body, 0, -1)]  # [] for a task from before the body: its own keys
     return {
         "hash": raw_task(engine, task_id),
-        "args": _s(r.get(k.args)),
-        "result": _s(r.get(k.result)),
-        "history": [_s(h) for h in r.lrange(k.history, 0, -1)],
+        "args": body[0] if body else _s(r.get(k.args)),
+        "result": (body[1] or None) if body else _s(r.get(k.result)),
+        "history": body[BODY_HISTORY:] if body else [_s(h) for h in r.lrange(k.history, 0, -1)],
         "checkpoints": {_s(a): _s(b) for a, b in r.hgetall(k.checkpoints).items()},
         "sets": {name: r.zscore(getattr(k, name), task_id) for name in DEADLINE_SETS},
     }

@@ -1,0 +1,114 @@
+"""How a task is stored (issue 15): a hash that keeps only the fields it has, and one body list
+[args JSON, result JSON, history...] instead of three keys; a task stored the older way (args,
+result and history each under its own key) still runs, reads and goes. On fakeredis and a real
+redis-server."""
+
+import json
+import time
+
+import pytest
+
+from ghostless import Config, State
+from ghostless.core.keys import BODY_HISTORY
+from tests.support.snapshots import raw_task, sibling
+
+ATTEMPT_FIELDS = ("lease_until", "attempt_deadline", "stage_deadline", "stage_since")
+
+
+def lifecycle(engine, **submit):
+    task = engine.submit("render", {"prompt": "cat"}, owner="alice", **submit)
+    lease = engine.claim(task.id, "w1")
+    engine.stage(lease, "generating")
+    engine.progress(lease, 0.5, "half")
+    engine.stage(lease, "uploading")
+    engine.complete(lease, {"url": "s3://x"})
+    return task.id
+
+
+def test_a_finished_task_keeps_no_empty_field_and_none_of_its_attempts_deadlines(engine):
+    tid = lifecycle(engine)
+    h = raw_task(engine, tid)
+    assert h["status"] == "SUCCESS"
+    assert [k for k, v in h.items() if v == ""] == []
+    assert [k for k in ATTEMPT_FIELDS if k in h] == []
+    task = engine.get(tid)  # what is absent reads as its default
+    assert (task.reason, task.error_kind, task.next_retry_at, task.lease_deadline) == ("", "", None, None)
+    assert task.stage == "uploading" and task.result == {"url": "s3://x"}
+
+
+def test_a_running_task_has_its_deadlines_and_loses_them_when_the_attempt_ends(engine):
+    task = engine.submit("render", {}, owner="alice")
+    lease = engine.claim(task.id, "w1")
+    engine.stage(lease, "generating")
+    h = raw_task(engine, task.id)
+    assert all(h.get(k) for k in ATTEMPT_FIELDS)
+    assert engine.get(task.id).lease_deadline is not None
+    engine.fail(lease, "boom", "it broke")  # retried: RETRY_WAITING
+    h = raw_task(engine, task.id)
+    assert h["status"] == "RETRY_WAITING" and [k for k in ATTEMPT_FIELDS if k in h] == []
+    assert [k for k, v in h.items() if v == ""] == []
+
+
+def test_a_task_is_its_hash_and_its_body(engine):
+    tid = lifecycle(engine)
+    k, r = engine.keys.task(tid), engine.redis
+    assert r.exists(k.args, k.result, k.history) == 0
+    body = r.lrange(k.body, 0, -1)
+    assert json.loads(body[0]) == {"prompt": "cat"} and json.loads(body[1]) == {"url": "s3://x"}
+    history = engine.history(tid)
+    assert len(body) - BODY_HISTORY == len(history) == 5  # submit, claim, 2 stages, complete (progress: stream only)
+    assert [e.kind for e in history][:2] == ["transition", "transition"]
+
+
+def test_the_body_keeps_args_and_result_while_its_history_is_capped(engine):
+    capped = sibling(engine, config=Config(history_maxlen=3))
+    task = capped.submit("render", {"prompt": "dog"}, owner="alice")
+    lease = capped.claim(task.id, "w1")
+    for i in range(5):
+        capped.progress(lease, i / 10, f"step {i}")  # progress is in the stream, not the history
+        capped.stage(lease, "generating" if i % 2 == 0 else "uploading")
+    capped.complete(lease, {"n": 5})
+    k = engine.keys.task(task.id)
+    assert engine.redis.llen(k.body) == BODY_HISTORY + 3
+    got = capped.get(task.id)
+    assert got.args == {"prompt": "dog"} and got.result == {"n": 5}
+    assert [e.kind for e in capped.history(task.id)][-1] == "transition"
+
+
+def to_legacy(engine, task_id: str) -> None:
+    """Store a task as a release before the body did: args, result and history under their own keys."""
+    k, r = engine.keys.task(task_id), engine.redis
+    body = r.lrange(k.body, 0, -1)
+    r.set(k.args, body[0])
+    if body[1]:
+        r.set(k.result, body[1])
+    r.rpush(k.history, *body[BODY_HISTORY:])
+    r.delete(k.body)
+
+
+def test_a_task_stored_before_the_body_runs_to_the_end(engine):
+    task = engine.submit("render", {"prompt": "old"}, owner="alice")
+    to_legacy(engine, task.id)
+    lease = engine.claim(task.id, "w1")
+    assert lease.args == {"prompt": "old"}
+    engine.stage(lease, "generating")
+    engine.complete(lease, {"url": "s3://old"})
+    k, r = engine.keys.task(task.id), engine.redis
+    assert not r.exists(k.body)  # nothing written in the new layout for it
+    got = engine.get(task.id)
+    assert got.status == State.SUCCESS and got.args == {"prompt": "old"} and got.result == {"url": "s3://old"}
+    assert [e.to for e in engine.history(task.id) if e.kind == "transition"] == ["PENDING", "PROCESSING", "SUCCESS"]
+    assert engine.check() == []
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_purge_deletes_every_key_of_a_task(engine, legacy):
+    quick = sibling(engine, config=Config(retention=0.001, idempotency_ttl=0.001))
+    tid = lifecycle(quick)
+    if legacy:
+        to_legacy(engine, tid)
+    k = engine.keys.task(tid)
+    deadline = time.monotonic() + 10
+    while quick.sweep().purged == 0:
+        assert time.monotonic() < deadline, "the sweeper never purged the task"
+    assert engine.redis.exists(k.task, k.body, k.args, k.result, k.history) == 0
