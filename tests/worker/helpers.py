@@ -7,6 +7,7 @@ import json
 from ghostless import Engine, State
 from tests.apps import basic
 from tests.support.procs import Proc
+from tests.support.snapshots import task_snapshot
 from tests.support.wait import wait_until
 
 NS = "wt"  # key namespace of every execution test
@@ -92,5 +93,6 @@ def horse_of(worker: Proc, timeout: float = 10.0) -> int:
 
 
 def raw_result(engine: Engine, task_id: str):
-    raw = engine.redis.get(engine.keys.task(task_id).result)
+    """The result as stored in the task's body (None when there is none)."""
+    raw = task_snapshot(engine, task_id)["result"]
     return None if raw is None else json.loads(raw)
