@@ -30,6 +30,8 @@ quota_charge(rate_key, rate_state, now)
 -- The replacement waits on the same parents; the engine resolves it at once (which registers it
 -- with them).
 local waiting = t.waiting_on == '1' and '1' or nil
+-- Read before the cancel: a CANCELLED task keeps no attempt settings (lib/record: ATTEMPT_SETTINGS).
+local lease_ms, timeout_ms, backoff = t.lease_ms, t.timeout_ms, t.backoff
 change(K, t, 'edit', 'CANCELLED', now, 0,
   {finished_at = now, reason = 'superseded by ' .. new_id, error_kind = 'cancelled',
    cancelled_by = by, superseded_by = new_id, next_retry_at = '', waiting_on = ''},
@@ -38,8 +40,8 @@ change(K, t, 'edit', 'CANCELLED', now, 0,
 -- overdue request is not recorded overdue twice). A claim cleared the expiry of a task it started.
 local delay_ms = math.max(0, tonumber(t.not_before or 0) - now)
 create(N, KEYS[2 * T + 1], {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
-  max_attempts = t.max_attempts, lease_ms = t.lease_ms, timeout_ms = t.timeout_ms,
-  priority = t.priority, backoff = t.backoff, due_at = t.due_at, escalate_at = t.escalate_at,
+  max_attempts = t.max_attempts, lease_ms = lease_ms, timeout_ms = timeout_ms,
+  priority = t.priority, backoff = backoff, due_at = t.due_at, escalate_at = t.escalate_at,
   overdue_at = t.overdue_at, escalated_at = t.escalated_at, not_before = t.not_before,
   parents = t.parents, waiting_on = waiting, notify_url = t.notify_url, expires_at = t.expires_at},
   ARGV[8], now, delay_ms, {by = by, reason = 'edit of ' .. t.id}, waiting and now or nil)

@@ -66,7 +66,8 @@ local due = nil
 if waiting then due = failed and now or now + RECHECK_MS end
 create(K, KEYS[T + 1], {id = task_id, due_at = due_ms > 0 and now + due_ms or nil,
   escalate_at = escalate_ms > 0 and now + escalate_ms or nil, type = type_name, owner = owner, queue = queue,
-  max_attempts = max_attempts, lease_ms = lease_ms, timeout_ms = timeout_ms, priority = priority,
+  max_attempts = max_attempts, lease_ms = lease_ms, timeout_ms = timeout_ms,
+  priority = priority ~= '0' and priority or nil,  -- absent: 0
   backoff = backoff, idempotency_key = idempotency_key ~= '' and idempotency_key or nil, waiting_on = waiting,
   parents = n_parents > 0 and table.concat(ARGV, ',', 26, 25 + n_parents) or nil,
   expires_at = expires_ms > 0 and now + expires_ms or nil,

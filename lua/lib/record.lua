@@ -7,6 +7,10 @@ local RESOLVE_DUE = false
 local RECHECK_MS = 60000  -- a waiting task looks at its parents at least this often (safety net)
 -- Fields of a PROCESSING task's attempt only: a task that leaves PROCESSING keeps none of them.
 local ATTEMPT_FIELDS = {'lease_until', 'attempt_deadline', 'stage_deadline', 'stage_since'}
+-- The settings only a later attempt reads (claim, fail, expire, edit): a task that ends where no
+-- attempt can follow (SUCCESS, CANCELLED; retry reopens FAILED and TIMEOUT only) keeps none of them.
+local ATTEMPT_SETTINGS = {'lease_ms', 'timeout_ms', 'backoff'}
+local FINAL = {SUCCESS = true, CANCELLED = true}
 
 -- The reply of a script that may end a task.
 local function finish(reply)
@@ -180,11 +184,13 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   local is_open = not TERMINAL[to] or passing == true
   if was_open ~= is_open then count_unfinished(K, t, is_open and 1 or -1) end
   t.passing = passing
-  if from == 'PROCESSING' and to ~= 'PROCESSING' then  -- the attempt's deadlines end with it
-    for _, k in ipairs(ATTEMPT_FIELDS) do
+  local function drop(names)
+    for _, k in ipairs(names) do
       if fields[k] == nil then fields[k] = '' end
     end
   end
+  if from == 'PROCESSING' and to ~= 'PROCESSING' then drop(ATTEMPT_FIELDS) end  -- the attempt's deadlines end with it
+  if FINAL[to] then drop(ATTEMPT_SETTINGS) end
   fields.status = to
   fields.state_since = now
   fields.updated_at = now

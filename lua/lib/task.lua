@@ -30,7 +30,7 @@ local function save_task(key, t, fields)
   local args, gone = {}, {}
   for k, v in pairs(fields) do
     if v == '' then
-      gone[#gone + 1] = k
+      if t[k] ~= nil then gone[#gone + 1] = k end
       t[k] = nil
     else
       args[#args + 1] = k
@@ -87,7 +87,8 @@ end
 
 -- The history entries, oldest first.
 local function body_history(K)
-  if redis.call('EXISTS', K.body) == 1 then return redis.call('LRANGE', K.body, BODY_HISTORY, -1) end
+  local entries = redis.call('LRANGE', K.body, BODY_HISTORY, -1)
+  if #entries > 0 then return entries end  -- a task's first entry is its submit's
   return redis.call('LRANGE', K.history, 0, -1)
 end
 

@@ -100,6 +100,7 @@ def test_cancel_of_a_task_that_has_ended_is_an_illegal_transition(engine, state)
 @pytest.mark.parametrize("state", [State.PENDING, State.RETRY_WAITING])
 def test_edit_cancels_the_task_and_submits_its_replacement_linked_both_ways(engine, state):
     old, _ = in_state(engine, state)
+    settings = {k: raw_task(engine, old.id)[k] for k in ("lease_ms", "timeout_ms", "backoff")}
     new = engine.edit(old.id, {"prompt": "a dog"}, by="alice")
     got_old = engine.get(old.id)
     assert (got_old.status, got_old.superseded_by, got_old.reason) == (
@@ -121,7 +122,7 @@ def test_edit_cancels_the_task_and_submits_its_replacement_linked_both_ways(engi
         old.max_attempts,
         old.priority,
     )
-    assert raw_task(engine, new.id)["backoff"] == raw_task(engine, old.id)["backoff"]
+    assert {k: raw_task(engine, new.id)[k] for k in settings} == settings  # the cancelled task keeps none
     assert (engine.history(old.id)[-1].verb, engine.history(old.id)[-1].by) == ("edit", "alice")
     [first] = engine.history(new.id)
     assert (first.to, first.by, first.reason) == ("PENDING", "alice", f"edit of {old.id}")

@@ -13,6 +13,7 @@ from ghostless.core.keys import BODY_HISTORY
 from tests.support.snapshots import raw_task, sibling
 
 ATTEMPT_FIELDS = ("lease_until", "attempt_deadline", "stage_deadline", "stage_since")
+ATTEMPT_SETTINGS = ("lease_ms", "timeout_ms", "backoff")
 
 
 def lifecycle(engine, **submit):
@@ -34,6 +35,28 @@ def test_a_finished_task_keeps_no_empty_field_and_none_of_its_attempts_deadlines
     task = engine.get(tid)  # what is absent reads as its default
     assert (task.reason, task.error_kind, task.next_retry_at, task.lease_deadline) == ("", "", None, None)
     assert task.stage == "uploading" and task.result == {"url": "s3://x"}
+
+
+def test_a_task_that_can_have_no_further_attempt_keeps_no_attempt_settings(engine):
+    done = lifecycle(engine)
+    cancelled = engine.submit("render", {}, owner="alice")
+    engine.cancel(cancelled.id, by="alice")
+    for tid in (done, cancelled.id):
+        h = raw_task(engine, tid)
+        assert h["status"] in ("SUCCESS", "CANCELLED") and [k for k in ATTEMPT_SETTINGS if k in h] == []
+    failed = engine.submit("render", {}, owner="alice")
+    engine.fail(engine.claim(failed.id, "w1"), "bad_prompt", "no")  # permanent: FAILED, retry may reopen it
+    assert all(raw_task(engine, failed.id).get(k) for k in ATTEMPT_SETTINGS)
+    engine.retry(failed.id, by="alice")
+    lease = engine.claim(failed.id, "w1")  # the reopened task runs with the settings it kept
+    assert lease.lease == 30.0 and engine.get(failed.id).lease_deadline is not None
+
+
+def test_priority_zero_is_stored_as_no_field(engine):
+    plain = engine.submit("render", {}, owner="alice")
+    urgent = engine.submit("render", {}, owner="alice", priority=5)
+    assert "priority" not in raw_task(engine, plain.id) and raw_task(engine, urgent.id)["priority"] == "5"
+    assert (engine.get(plain.id).priority, engine.get(urgent.id).priority) == (0, 5)
 
 
 def test_a_running_task_has_its_deadlines_and_loses_them_when_the_attempt_ends(engine):
