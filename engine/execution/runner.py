@@ -45,6 +45,12 @@ class VerificationFailed(Exception):
     """The task type's ``verify`` rejected a result: the attempt fails and is retried."""
 
 
+class AttemptFailed(Exception):
+    """Raised to RQ by the job of an attempt that failed, after ghostless recorded the failure (the
+    task waits for its retry, or is FAILED): RQ then shows the job as failed, in its failed job
+    registry, with the reason, instead of finished. Nothing more happens to the task."""
+
+
 def _verify(tt, result, ctx) -> None:
     if tt.verify is None:
         return
@@ -58,7 +64,8 @@ def _verify(tt, result, ctx) -> None:
 
 def run_task(task_id: str) -> None:
     """RQ job entry point. Ends quietly when the claim is refused (duplicate delivery,
-    cancelled, already done): dispatch is at-least-once, the claim exactly-once per attempt."""
+    cancelled, already done): dispatch is at-least-once, the claim exactly-once per attempt.
+    Raises AttemptFailed once a failed attempt is recorded, so that RQ shows the job failed."""
     engine = runtime.engine()
     job = get_current_job()
     worker = runtime.worker()
@@ -80,17 +87,21 @@ def run_task(task_id: str) -> None:
             log.info("task %s changed while parking: %s", task_id, refused, extra=for_task(task_id))
         return
     log.info("task %s attempt %d started (%s)", task_id, lease.attempt, lease.type, extra=_fields(lease))
-    execute(engine, lease, in_horse=bool(worker is not None and getattr(worker, "is_horse", False)))
+    failed = execute(engine, lease, in_horse=bool(worker is not None and getattr(worker, "is_horse", False)))
+    if failed:
+        raise AttemptFailed(f"task {task_id} attempt {lease.attempt} failed: {failed}")
 
 
-def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> None:
+def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> str | None:
     """Run the task function under a heartbeat and report its outcome (once, with the lease), in
-    the attempt's span when the application traces (engine/core/tracing.py)."""
+    the attempt's span when the application traces (engine/core/tracing.py). Returns why the
+    attempt failed (``<kind>: <reason>``), or None when it did not fail (it succeeded, or was
+    given back, stopped, or lost its lease)."""
     with tracing.attempt_span(engine, lease, flush=in_horse):
-        _execute(engine, lease, in_horse, grace)
+        return _execute(engine, lease, in_horse, grace)
 
 
-def _execute(engine, lease, in_horse: bool, grace: float | None) -> None:
+def _execute(engine, lease, in_horse: bool, grace: float | None) -> str | None:
     tt = engine.registry.get(lease.type)
     ctx = TaskContext(engine, lease, lease.checkpoints)  # the claim brought them: no extra round trip
     main = threading.get_ident()
@@ -127,39 +138,42 @@ def _execute(engine, lease, in_horse: bool, grace: float | None) -> None:
     except AttemptReleased:
         if not (hb.lost or hb.abandoned):
             _report(engine.release, lease, "worker shutdown")
-        return
+        return None
     except AttemptStopped:
         log.warning("task %s stopped by force: %s", lease.task_id, ctx.stop_reason, extra=_fields(lease))
-        return
+        return None
     except (SystemExit, KeyboardInterrupt):
         _report(engine.release, lease, "worker stopped")
         raise
     except LeaseLost as e:
         log.warning("task %s lost its lease while running: %s", lease.task_id, e, extra=_fields(lease))
-        return
+        return None
     except RedisUnavailable as e:  # the engine's call failed, not the task: no attempt consumed
         log.warning("task %s attempt %d: %s; releasing it", lease.task_id, lease.attempt, e, extra=_fields(lease))
         _release_after_redis_error(hb, engine, lease, e)
-        return
+        return None
     except PermanentError as e:
-        _finish(hb, engine.fail, lease, e.kind, _reason(e), False)
-        return
+        return _failed(hb, engine, lease, e.kind, _reason(e), False)
     except VerificationFailed as e:
-        _finish(hb, engine.fail, lease, "verification_failed", _reason(e), True)
-        return
+        return _failed(hb, engine, lease, "verification_failed", _reason(e), True)
     except JobTimeoutException as e:
-        _finish(hb, engine.fail, lease, "timeout", _reason(e) or "job timeout", True)
-        return
+        return _failed(hb, engine, lease, "timeout", _reason(e) or "job timeout", True)
     except Exception as e:  # noqa: BLE001 - the task's own failure: retried with its backoff
         log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, e, extra=_fields(lease))
-        _finish(hb, engine.fail, lease, type(e).__name__, _reason(e), True)
-        return
+        return _failed(hb, engine, lease, type(e).__name__, _reason(e), True)
     finally:
         hb.stop()
     try:
         _finish(hb, engine.complete, lease, result)
     except ValueError as e:  # not JSON, or too big: fail for good, saying why
-        _finish(hb, engine.fail, lease, "bad_result", _reason(e), False)
+        return _failed(hb, engine, lease, "bad_result", _reason(e), False)
+    return None
+
+
+def _failed(hb: Heartbeat, engine, lease, kind: str, reason: str, retryable: bool) -> str:
+    """Report a failed attempt; return what the job's failure says of it."""
+    _finish(hb, engine.fail, lease, kind, reason, retryable)
+    return f"{kind}: {reason}" if reason else kind
 
 
 def _reason(e: BaseException) -> str:
