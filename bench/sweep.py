@@ -1,8 +1,8 @@
 """Sweeper and memory benchmark against a private redis-server.
 
 (a) tick: Engine.sweep() over a queue holding 1,000,000 tasks none of which is due (800k PENDING
-    delayed an hour in the dispatch set, 100k PROCESSING with hour-long leases, 100k SUCCESS in the
-    expiry set), beside a tick over an empty queue, interleaved; median of TICKS ticks each.
+    delayed an hour in the dispatch set, 100k PROCESSING with hour-long leases, 100k SUCCESS on the
+    ended line), beside a tick over an empty queue, interleaved; median of TICKS ticks each.
     Loading: the real scripts write one template task per state; a bench-only Lua loader then
     clones its keys (COPY of the hash, id field replaced, and of its body) under new ids and adds them
     to the queue index, the owner index and the deadline set at the template's scores. Not cloned:
@@ -84,12 +84,15 @@ class IdleDispatcher:
 # Bench-only loader: clones a template task that the real scripts wrote (COPY of its hash, then
 # the id field replaced; COPY of its args, result, history) under ids '<idprefix><12 hex of n>',
 # adds them to every zset that holds the template (queue index, owner index, deadline set) at the
-# template's score there, and counts them.
+# template's score there (a terminal template: onto the ended line, ARGV[6]), and counts them.
 # Key names are built here (not declared in KEYS): fine on a standalone server, not cluster-safe;
 # bench use only.
 CLONE = """
 local tkey, counts = KEYS[1], KEYS[2]
 local prefix, idprefix, first, count, tid = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local line = ARGV[6]  -- the queue's ended line, for a terminal template ('' for none)
+local ended = line ~= '' and redis.call('HGET', tkey, 'state_since') or nil
+local entries = {}
 local parts = {'', ':body'}
 local zsets, scores, pending = {}, {}, {}
 for i = 3, #KEYS do
@@ -103,6 +106,8 @@ local function flush()
     if #pending[z] > 0 then redis.call('ZADD', zsets[z], unpack(pending[z])) end
     pending[z] = {}
   end
+  if #entries > 0 then redis.call('RPUSH', line, unpack(entries)) end
+  entries = {}
 end
 for n = first, first + count - 1 do
   local id = idprefix .. string.format('%012x', n)
@@ -114,6 +119,7 @@ for n = first, first + count - 1 do
     p[#p + 1] = scores[z]
     p[#p + 1] = id
   end
+  if ended then entries[#entries + 1] = id .. ' ' .. ended end
   if #pending[1] >= 2000 then flush() end
 end
 flush()
@@ -122,19 +128,22 @@ return count
 """
 
 
-def clone_tasks(engine, template_id: str, set_name: str, n: int, chunk: int = 5000) -> list[str]:
-    """n clones of the template task (which sits in deadline set `set_name`); returns their ids."""
+def clone_tasks(engine, template_id: str, set_name: str | None, n: int, chunk: int = 5000) -> list[str]:
+    """n clones of the template task (which sits in deadline set `set_name`, or None: a terminal task,
+    on the ended line); returns their ids."""
     r = engine.redis
     clone = r.register_script(CLONE)
     k = engine.keys.task(template_id)
     queue = template_id.split(".")[0]
     owner = r.hget(k.task, "owner").decode()
-    zsets = [k.index, engine.keys.owner_index(queue, owner), engine.keys.queue_key(queue, set_name)]
+    zsets = [k.index, engine.keys.owner_index(queue, owner)]
+    zsets += [engine.keys.queue_key(queue, set_name)] if set_name else []
     idprefix = f"{queue}.{secrets.token_hex(4)}"
     for first in range(0, n, chunk):
         clone(
             keys=[k.task, k.counts, *zsets],
-            args=[k.task[: -len(template_id)], idprefix, first, min(chunk, n - first), template_id],
+            args=[k.task[: -len(template_id)], idprefix, first, min(chunk, n - first), template_id]
+            + ["" if set_name else k.ended],
         )
     return [f"{idprefix}{i:012x}" for i in range(n)]
 
@@ -160,7 +169,7 @@ def bench_tick(r) -> dict:
         lease = maker.claim(task.id, "w1")
         if state == "SUCCESS":
             maker.complete(lease, RESULT)
-        templates[state] = (task.id, "leases" if state == "PROCESSING" else "expiry")
+        templates[state] = (task.id, "leases" if state == "PROCESSING" else None)
 
     mem0 = r.info("memory")["used_memory"]
     t0 = time.perf_counter()
@@ -168,7 +177,8 @@ def bench_tick(r) -> dict:
         tid, set_name = templates[state]
         clone_tasks(big, tid, set_name, total - 1)
     load_s = time.perf_counter() - t0
-    sizes = {n: r.zcard(big.keys.queue_key("q", n)) for n in ("dispatch", "leases", "retries", "expiry", "index")}
+    sizes = {n: r.zcard(big.keys.queue_key("q", n)) for n in ("dispatch", "leases", "retries", "index")}
+    sizes["ended line"] = r.llen(big.keys.queue_key("q", "ended"))
     assert sizes["index"] == BIG, sizes
     mem = r.info("memory")["used_memory"]
     index_share = r.memory_usage(big.keys.queue_key("q", "index"), samples=0) / sizes["index"]
@@ -331,7 +341,7 @@ def bench_memory(r) -> dict:
     k = engine.keys.task(ids[0])
     n_tasks = r.zcard(k.index)
     index_share = usage(r, k.index) / n_tasks
-    expiry_share = usage(r, k.expiry) / r.zcard(k.expiry)
+    line_share = usage(r, k.ended) / r.llen(k.ended)  # the ended line: one entry per task
     owner_key = engine.keys.owner_index("default", "bench")
     owner_share = usage(r, owner_key) / r.zcard(owner_key)
     stream_bytes, stream_entries = usage(r, k.events), r.xlen(k.events)
@@ -342,15 +352,15 @@ def bench_memory(r) -> dict:
     a_len, r_len = median(args_len), median(result_len)
     stream_full = stream_entry * events_per_task  # as if every task's events were kept
     stream_share = stream_bytes / n_tasks  # the capped stream shared by the tasks it served
-    total = sum(owned.values()) + index_share + expiry_share + owner_share + stream_share
+    total = sum(owned.values()) + index_share + line_share + owner_share + stream_share
     overhead = total - a_len - r_len
     print(
         f"(c) ghostless SUCCESS task, realistic lifecycle (submit, claim, {len(REALISTIC_STEPS)} steps: "
         f"{', '.join(step[0] for step in REALISTIC_STEPS)}, complete; {MEM_TASKS:,} lifecycles, median of "
         "the last 200): "
         + ", ".join(f"{n} {v:.0f} B" for n, v in owned.items())
-        + f", index zset share {index_share:.0f} B, expiry zset share {expiry_share:.0f} B, owner index "
-        f"share {owner_share:.0f} B (zset MEMORY USAGE / members; {n_tasks:,} members, one owner), "
+        + f", index zset share {index_share:.0f} B, owner index share {owner_share:.0f} B (zset MEMORY USAGE / "
+        f"members; {n_tasks:,} members, one owner), ended line share {line_share:.0f} B (MEMORY USAGE / LLEN), "
         f"event stream share {stream_share:.0f} B ({stream_entries:,} entries of {stream_entry:.0f} B "
         f"(MEMORY USAGE / XLEN), capped at ~{engine.config.stream_maxlen:,}, / {n_tasks:,} tasks; "
         f"{events_per_task} entries per task: {stream_full:.0f} B if none had left the stream); "

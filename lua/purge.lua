@@ -2,23 +2,44 @@
 -- From: SUCCESS, FAILED, TIMEOUT, CANCELLED
 -- To: (none)
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys); KEYS[T+1]: the owner's task index (optional)
--- ARGV[1..4]: engine config; ARGV[5]: task id
+-- ARGV[1..4]: engine config; ARGV[5]: task id; ARGV[6]: its entry of the ended line (lib/task), due
+--   at its kept-until or ARGV[3] (retention) after it ended; absent for a task of the expiry set (one
+--   that ended before the line, due at its score)
 -- Returns: {OK} | {NOT_DUE} when not yet due or no longer terminal, or when a task still waits on
---   it (kept another retention period) | {NOT_FOUND}
-local t = load_listed(K.task, K.expiry, ARGV[5])
-if not t then return {C.NOT_FOUND} end
+--   it (kept another retention period) | {NOT_FOUND} when the task is gone or, for an entry, the
+--   task has not been in that ending since (retried): the entry is dropped
+local entry = ARGV[6]
 local now = now_ms()
-local due = redis.call('ZSCORE', K.expiry, t.id)
-if not TERMINAL[t.status] or not due or tonumber(due) > now then return {C.NOT_DUE} end
+local t
+if entry then
+  t = load_task(K.task)
+  local _, ended, kept = ended_parse(entry)
+  if not t or not TERMINAL[t.status] or tonumber(t.state_since) ~= ended then
+    redis.call('LREM', K.ended, 1, entry)
+    return {C.NOT_FOUND}
+  end
+  if (kept or ended + CFG.retention_ms) > now then return {C.NOT_DUE} end
+else
+  t = load_listed(K.task, K.expiry, ARGV[5])
+  if not t then return {C.NOT_FOUND} end
+  local due = redis.call('ZSCORE', K.expiry, t.id)
+  if not TERMINAL[t.status] or not due or tonumber(due) > now then return {C.NOT_DUE} end
+end
 -- A parent stays while a child still waits on it (the child would read it as gone: failed).
 for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do
   if redis.call('ZSCORE', K.waiting, kid) then
-    redis.call('ZADD', K.expiry, now + CFG.retention_ms, t.id)
+    if entry then  -- to the line's tail, kept another retention period
+      redis.call('LREM', K.ended, 1, entry)
+      redis.call('RPUSH', K.ended, t.id .. ' ' .. t.state_since .. ' ' .. (now + CFG.retention_ms))
+    else
+      redis.call('ZADD', K.expiry, now + CFG.retention_ms, t.id)
+    end
     return {C.NOT_DUE}
   end
 end
 
 redis.call('HINCRBY', K.counts, t.status, -1)
+if entry then redis.call('LREM', K.ended, 1, entry) end
 redis.call('ZREM', K.expiry, t.id)
 redis.call('ZREM', K.index, t.id)
 -- Left in a wait line only by a process from before the lines (lib/record: wait_lines): not forever.

@@ -33,6 +33,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
         name: {text(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
         for name in SETS + (LINE, START_BY, *WAIT_LINES)
     }
+    ended = _ended_line(r, k.queue_key(queue, "ended"))
     ids = [text(m) for m in r.zrange(k.queue_key(queue, "index"), 0, -1)]
     scanned = {s.value: 0 for s in State}
     unfinished: dict[str, int] = {}  # what the owners hash must hold: 'n:<owner>' and 'b:<owner>'
@@ -52,6 +53,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 "owner",
                 "waiting_on",
                 "expires_at",
+                "state_since",
             )
         rows = pipe.execute()
         pipe = r.pipeline(transaction=False)
@@ -62,7 +64,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
         for tid, row, listed, args, legacy_bytes in zip(chunk, rows, replies[::3], replies[1::3], replies[2::3]):
             seen.add(tid)
             args_bytes = legacy_bytes if args is None else len(args)  # a task from before the body: its args key
-            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting, expires = (
+            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting, expires, since = (
                 text_or_none(x) for x in row
             )
             if status is not None and State(status) not in TERMINAL:
@@ -75,13 +77,17 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 continue
             scanned[status] = scanned.get(status, 0) + 1
             where = [name for name in SETS if tid in members[name]]
-            expected = DEADLINE_SET.get(State(status), "expiry")
+            expected = DEADLINE_SET.get(State(status))
+            if expected is None:  # terminal: on the ended line at its ending, or (ended before it) in the expiry set
+                if "expiry" not in where and int(since or 0) not in ended.get(tid, ()):
+                    problems.append(f"{tid}: {status} since {since} but the ended line has no entry of that ending")
+                expected = "expiry" if "expiry" in where else None
             if status == State.PENDING.value and waiting == "1":
                 expected = "waiting"  # waits on parents, which are themselves covered
             elif waiting == "1" and State(status) not in TERMINAL:
                 problems.append(f"{tid}: {status} while still waiting on its parents")
-            if where != [expected]:
-                problems.append(f"{tid}: {status} is in {where or 'no set'}, expected exactly [{expected}]")
+            if where != ([expected] if expected else []):
+                problems.append(f"{tid}: {status} is in {where or 'no set'}, expected exactly [{expected or ''}]")
             if (status == State.QUEUED.value) != (tid in members[LINE]):
                 problems.append(
                     f"{tid}: {status} {'missing from' if tid not in members[LINE] else 'in'} the ready line"
@@ -109,6 +115,8 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
     for name, m in members.items():
         for tid in m.keys() - seen:
             problems.append(f"{tid}: in the {name} set of queue {queue} but not a task of it")
+    for tid in ended.keys() - seen:
+        problems.append(f"{tid}: on the ended line of queue {queue} but not a task of it")
     held = {text(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "owners")).items()}
     for field in sorted(held.keys() | unfinished.keys()):
         if held.get(field, 0) != unfinished.get(field, 0):
@@ -122,3 +130,12 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
         if counts.get(state, 0) != n:
             problems.append(f"queue {queue}: counter {state}={counts.get(state, 0)} but a scan finds {n}")
     return problems
+
+
+def _ended_line(r, key: str) -> dict[str, set[int]]:
+    """Task id -> the ended times of its entries on a queue's ended line (lua/lib/task.lua)."""
+    ended: dict[str, set[int]] = {}
+    for entry in r.lrange(key, 0, -1):
+        tid, at = (text(entry).split(" ") + [""])[:2]
+        ended.setdefault(tid, set()).add(int(at) if at.isdigit() else -1)
+    return ended

@@ -118,7 +118,7 @@ class TaskKeys(NamedTuple):
     dispatch: str  # zset: PENDING/QUEUED tasks, scored by re-dispatch deadline (ms)
     leases: str  # zset: PROCESSING tasks, scored by min(lease, stage, attempt deadline)
     retries: str  # zset: RETRY_WAITING tasks, scored by next_retry_at
-    expiry: str  # zset: terminal tasks, scored by when the sweeper deletes them
+    expiry: str  # zset: terminal tasks that ended before the ended line, scored by when the sweeper deletes them
     index: str  # type: ignore[assignment]  # zset: every task of the queue, by creation time (shadows tuple.index)
     ready: str  # zset: QUEUED tasks in the order workers take them (priority, then dispatch order)
     watch: str  # zset: unfinished tasks with a due time, scored by when to record overdue/escalated
@@ -130,6 +130,7 @@ class TaskKeys(NamedTuple):
     start_by: str  # zset: tasks never started that expire (submit's expires_in), scored by when (ms)
     pending_since: str  # zset: PENDING tasks ready to run, scored by when they began to wait (ms)
     queued_since: str  # zset: QUEUED tasks, scored by when they began to wait (ms; lib/record: wait_lines)
+    ended: str  # list: '<id> <ended ms>[ <kept until ms>]' per ending, oldest first: what the sweeper purges
 
 
 class Keys:
@@ -183,6 +184,7 @@ class Keys:
             start_by=f"{q}:start_by",
             pending_since=f"{q}:pending_since",
             queued_since=f"{q}:queued_since",
+            ended=f"{q}:ended",
         )
 
     def idempotency(self, queue: str, owner: str, key: str) -> str:

@@ -254,8 +254,13 @@ class Scripts(_Runner):
         """CANCELLED (reason expired) once a task never started is past its expiry (NOT_DUE else)."""
         return self._call("lapse", keys, [task_id], client=client)
 
-    def purge(self, keys: TaskKeys, task_id: str, owner_index: str | None, client=None) -> list | None:
-        return self._call("purge", [*keys, *([owner_index] if owner_index else [])], [task_id], client=client)
+    def purge(
+        self, keys: TaskKeys, task_id: str, owner_index: str | None, entry: str | None = None, client=None
+    ) -> list | None:
+        """Delete a terminal task past retention: ``entry`` is its entry of the ended line (None: a task
+        of the expiry set, from before the line)."""
+        argv = [task_id] + ([entry] if entry is not None else [])
+        return self._call("purge", [*keys, *([owner_index] if owner_index else [])], argv, client=client)
 
     def overdue(self, keys: TaskKeys, task_id: str, client=None) -> list | None:
         """Record ``overdue`` (or ``escalated``) once when due: {OK, event name}."""
@@ -265,9 +270,10 @@ class Scripts(_Runner):
         """Look at a waiting task's parents (their keys ``parents`` in the order of ``parent_ids``)."""
         return self._call("resolve", [*keys, *plans.pairs(parents)], [task_id, len(parent_ids), *parent_ids])
 
-    def due(self, sets: Sequence[str], batch: int) -> tuple[list[list[str]], int]:
-        """Ids due now in each of ``sets`` (a batch each), and ms until the earliest deadline (-1: none)."""
-        reply = self._call("due", sets, [batch])
+    def due(self, sets: Sequence[str], batch: int, ended: str | None = None) -> tuple[list[list[str]], int]:
+        """Ids due now in each of ``sets`` (a batch each), then, given the queue's ``ended`` line, its
+        entries due for purging (a batch, oldest first); and ms until the earliest deadline (-1: none)."""
+        reply = self._call("due", [*sets, ended] if ended else sets, [batch, "1"] if ended else [batch])
         return reply[2:-1], int(reply[-1])
 
     # -- reads ----------------------------------------------------------------------------------------

@@ -124,8 +124,10 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
         engine.keys.queue_key(queue, "control"), "draining"
     )
     names = ["leases", "retries", "expiry", "watch", "waiting", "start_by"] + (["dispatch"] if dispatching else [])
-    lists, next_ms = engine.scripts.due([engine.keys.queue_key(queue, n) for n in names], batch)
-    due = dict(zip(names, lists))
+    lists, next_ms = engine.scripts.due(
+        [engine.keys.queue_key(queue, n) for n in names], batch, ended=engine.keys.queue_key(queue, "ended")
+    )
+    due = dict(zip(names + ["ended"], lists))
     lease_ids, retry_ids, expiry_ids = due["leases"], due["retries"], due["expiry"]
     dispatch_ids = due.get("dispatch", [])
     if next_ms >= 0:
@@ -152,6 +154,7 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     promoted += [tid for tid, r in zip(retry_ids, promotions) if r[0] == Code.OK]
     report.promoted += len(promoted)
 
+    report.purged += _purge(engine, queue, [text(e) for e in due["ended"]], with_entries=True)
     report.purged += _purge(engine, queue, expiry_ids)
     report.resolved += sum(1 for tid in due["waiting"] if deps.resolve(engine, tid))
     for r in _run(engine, due["watch"], lambda tid, pipe: scripts.overdue(task_keys(tid), tid, client=pipe)):
@@ -166,19 +169,20 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
     return any(len(ids) >= batch for ids in lists)
 
 
-def _purge(engine, queue: str, task_ids: list[str]) -> int:
-    """Delete terminal tasks past retention (their owner's index entry too)."""
-    if not task_ids:
+def _purge(engine, queue: str, due: list[str], with_entries: bool = False) -> int:
+    """Delete terminal tasks past retention (their owner's index entry too): ``due`` are ids of the
+    expiry set or, ``with_entries``, entries of the ended line ('<id> <ended ms>[ <kept until>]')."""
+    if not due:
         return 0
+    task_ids = [e.split(" ", 1)[0] for e in due] if with_entries else due
     pipe = engine.redis.pipeline(transaction=False)
     for tid in task_ids:
         pipe.hget(engine.keys.task(tid).task, "owner")
     owners = [text_or_none(o) for o in pipe.execute()]
     pipe = engine.scripts.pipeline()
-    for tid, owner in zip(task_ids, owners):
-        engine.scripts.purge(
-            engine.keys.task(tid), tid, engine.keys.owner_index(queue, owner) if owner else None, client=pipe
-        )
+    for tid, owner, item in zip(task_ids, owners, due):
+        index = engine.keys.owner_index(queue, owner) if owner else None
+        engine.scripts.purge(engine.keys.task(tid), tid, index, item if with_entries else None, client=pipe)
     return sum(r[0] == Code.OK for r in engine.scripts.replies(pipe))
 
 

@@ -54,7 +54,7 @@ local function notify(K, t, event, now, reason)
 end
 
 -- Moves the task between deadline sets: out of the set of state `from`, into
--- the set of state `to` at `score` (terminal states: the expiry set).
+-- the set of state `to` at `score` (terminal states: onto the ended line).
 local function place(K, t, from, to, score, now, passing)
   local id = t.id
   local old = from and DEADLINE_SET[from]
@@ -75,16 +75,18 @@ local function place(K, t, from, to, score, now, passing)
   if t.expires_at and t.expires_at ~= '' and (to == 'PROCESSING' or TERMINAL[to]) then
     redis.call('ZREM', K.start_by, id)
   end
-  if from and TERMINAL[from] then redis.call('ZREM', K.expiry, id) end
+  -- A task that ended before the ended line is in the expiry set: it leaves it when it is retried.
+  -- An entry of the ended line stays: the purge finds it stale (lua/purge.lua) and drops it.
+  if from and TERMINAL[from] and not t.passing then redis.call('ZREM', K.expiry, id) end
   if new then
     redis.call('ZADD', K[new], score, id)
     -- Due sooner than a sleeping sweeper may next look (engine/config.py WAKE_WITHIN): wake it, on
     -- the channel named after the set (engine/sweep.py listens). Not for "due now": the caller acts.
     if score > now and score - now < WAKE_WITHIN_MS then redis.call('PUBLISH', K[new], score) end
-  elseif TERMINAL[to] and passing then
-    redis.call('ZADD', K.expiry, now + CFG.retention_ms, id)  -- left again in the same script
-  elseif TERMINAL[to] then
-    redis.call('ZADD', K.expiry, now + CFG.retention_ms, id)
+  elseif TERMINAL[to] and not passing then  -- (one passing through is left again in the same script)
+    -- Ended: on the ended line, as '<id> <ended ms>' (its state_since); the sweeper purges it once
+    -- its retention (the sweeper's) has passed since then.
+    redis.call('RPUSH', K.ended, id .. ' ' .. now)
     redis.call('ZREM', K.watch, id)  -- ended in time or not: nothing more to escalate
     -- Tasks still waiting on this one are due for a look at their parents now.
     for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do

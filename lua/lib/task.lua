@@ -102,3 +102,19 @@ local function body_record(K, entry, max)
     redis.call('LREM', K.body, 1, TRIMMED)
   end
 end
+
+--- The ended line (K.ended): one entry per ending, '<id> <ended ms>', in the order tasks ended;
+--- '<id> <ended ms> <kept until ms>' for a task kept past its retention (lua/purge.lua).
+
+-- id, ended ms, kept-until ms (nil when not kept) of an entry.
+local function ended_parse(entry)
+  local id, ended, kept = string.match(entry, '^(%S+) (%d+) ?(%d*)$')
+  return id, tonumber(ended), tonumber(kept)
+end
+
+-- When an entry's task is due for purging: its kept-until, else its end plus this caller's retention.
+local function ended_due(entry)
+  local _, ended, kept = ended_parse(entry)
+  if not ended then return 0 end  -- not an entry: due, so that the purge drops it
+  return kept or ended + CFG.retention_ms
+end

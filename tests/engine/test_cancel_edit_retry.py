@@ -9,7 +9,7 @@ import pytest
 from ghostless import Code, IllegalTransition, LeaseLost, State, TaskCancelled, TaskNotFound
 from ghostless.core.keys import new_task_id
 from tests.support.fakes import FakeDispatcher
-from tests.support.snapshots import GHOST, in_state, raw_task, sibling, snapshot
+from tests.support.snapshots import GHOST, ended_at, in_state, raw_task, sibling, snapshot
 
 
 def submitted(engine, type="render", **kw):
@@ -32,7 +32,8 @@ def test_owner_cancels_a_task_that_has_not_ended(engine, state):
         name
         for name in ("dispatch", "leases", "retries", "expiry")
         if engine.redis.zscore(getattr(k, name), task.id) is not None
-    ] == ["expiry"]
+    ] == []
+    assert ended_at(engine, task.id) == int(raw_task(engine, task.id)["finished_at"])
     event = engine.history(task.id)[-1]
     assert (event.verb, event.from_, event.to, event.by) == ("cancel", state, "CANCELLED", "alice")
     assert engine.check() == []

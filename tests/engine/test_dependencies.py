@@ -5,7 +5,7 @@ import pytest
 from ghostless import Config, IllegalTransition, State, UnknownTaskType
 from ghostless.core.errors import UnknownParent
 from tests.support.fakes import FakeDispatcher
-from tests.support.snapshots import sibling
+from tests.support.snapshots import purge_due_ms, sibling
 from tests.support.wait import wait_for_server_time
 
 
@@ -63,7 +63,7 @@ def test_a_succeeded_parent_outlives_its_retention_while_a_child_still_waits_on_
     a, b = (short.submit("render", {"i": i}, owner="alice") for i in range(2))
     child = short.submit("render", {}, owner="alice", depends_on=[a.id, b.id])
     finish(short, a.id)
-    wait_for_server_time(short.redis, short.redis.zscore(short.keys.task(a.id).expiry, a.id))
+    wait_for_server_time(short.redis, purge_due_ms(short, a.id))
     assert short.sweep().purged == 0 and short.get(a.id).status == State.SUCCESS
     finish(short, b.id)
     got = short.get(child.id)

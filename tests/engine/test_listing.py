@@ -3,7 +3,7 @@
 import pytest
 
 from ghostless import Config, State
-from tests.support.snapshots import sibling
+from tests.support.snapshots import purge_due_ms, sibling
 from tests.support.wait import wait_for_server_time
 
 
@@ -82,7 +82,7 @@ def test_a_purged_task_leaves_its_owners_listing(engine):
     short = sibling(engine, config=Config(retention=0.05, idempotency_ttl=0.05))
     task = short.submit("render", {}, owner="alice")
     short.cancel(task.id, by="alice")
-    wait_for_server_time(short.redis, short.redis.zscore(short.keys.task(task.id).expiry, task.id))
+    wait_for_server_time(short.redis, purge_due_ms(short, task.id))
     assert short.sweep().purged == 1
     assert short.list_tasks(owner="alice") == ([], None)
     assert short.redis.zcard(short.keys.owner_index("images", "alice")) == 0

@@ -17,7 +17,7 @@ import pytest
 from ghostless import Code, Config, State
 from ghostless.core.lua_source import SCRIPTS
 from tests.support.fakes import FakeDispatcher
-from tests.support.snapshots import claimed, raw_task, sibling, snapshot
+from tests.support.snapshots import claimed, purge_due_ms, raw_task, sibling, snapshot
 from tests.support.wait import wait_for_server_time
 
 
@@ -173,7 +173,7 @@ def case_purge(engine):
     short = sibling(engine, config=Config(retention=0.05, idempotency_ttl=0.05))
     task, lease = claimed(short)
     short.complete(lease, {})
-    wait_for_server_time(short.redis, short.redis.zscore(short.keys.task(task.id).expiry, task.id))
+    wait_for_server_time(short.redis, purge_due_ms(short, task.id))
     return Case(short, short.sweep, again=Code.NOT_FOUND)
 
 
@@ -220,8 +220,8 @@ def test_due_only_reads(engine):
     wait_for_server_time(engine.redis, engine.get(task.id).lease_deadline * 1000)
     k = engine.keys.task(task.id)
     before = snapshot(engine, task.id)
-    first = engine.scripts._call("due", [k.leases, k.retries, k.expiry, k.dispatch], [10])
-    second = engine.scripts._call("due", [k.leases, k.retries, k.expiry, k.dispatch], [10])
+    first = engine.scripts._call("due", [k.leases, k.retries, k.expiry, k.dispatch, k.ended], [10, "1"])
+    second = engine.scripts._call("due", [k.leases, k.retries, k.expiry, k.dispatch, k.ended], [10, "1"])
     assert first[2] == second[2] == [task.id]
     assert snapshot(engine, task.id) == before
     assert engine.get(task.id).status == State.PROCESSING

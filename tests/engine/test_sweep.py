@@ -8,7 +8,7 @@ import pytest
 
 from ghostless import Code, Config, LeaseLost, State, WrongDispatch
 from tests.support.fakes import FakeDispatcher
-from tests.support.snapshots import GHOST, claimed, raw_task, sibling, snapshot
+from tests.support.snapshots import GHOST, claimed, ended_at, purge_due_ms, raw_task, sibling, snapshot
 from tests.support.wait import server_ms, wait_for_server_time
 
 
@@ -71,7 +71,7 @@ def test_attempt_past_its_timeout_expires_as_attempt_timeout_and_ends_in_timeout
     got = engine.get(task.id)
     assert (got.status, got.reason, got.error_kind) == (State.TIMEOUT, "attempt_timeout", "timeout")
     assert got.finished_at is not None
-    assert engine.redis.zscore(engine.keys.task(task.id).expiry, task.id) is not None
+    assert ended_at(engine, task.id) == int(raw_task(engine, task.id)["finished_at"])
     with pytest.raises(LeaseLost):
         engine.complete(lease, {})
     assert engine.get(task.id).result is None
@@ -149,7 +149,7 @@ def test_terminal_task_past_its_retention_is_purged_with_all_its_keys(engine):
     short.checkpoint(lease, "page", 1)
     short.complete(lease, {"url": "x"})
     k = short.keys.task(task.id)
-    wait_for_server_time(short.redis, short.redis.zscore(k.expiry, task.id))
+    wait_for_server_time(short.redis, purge_due_ms(short, task.id))
     assert short.sweep().purged == 1
     assert short.get(task.id) is None and short.history(task.id) == [] and short.checkpoints(task.id) == {}
     assert [key for key in short.redis.keys("*") if task.id.encode() in key] == []
@@ -309,11 +309,11 @@ def test_sweep_with_a_full_batch_of_tasks_it_cannot_move_still_returns(engine, m
     ticks = []
     due = sweeper.scripts.due
 
-    def bounded_due(sets, batch):  # stands in for a hang: the real loop has no bound
+    def bounded_due(sets, batch, **kw):  # stands in for a hang: the real loop has no bound
         ticks.append(1)
         if len(ticks) > 20:
             raise RuntimeError("sweep(batch=1) is still looping after 20 rounds")
-        return due(sets, batch)
+        return due(sets, batch, **kw)
 
     monkeypatch.setattr(sweeper.scripts, "due", bounded_due)
     report = sweeper.sweep(batch=1)

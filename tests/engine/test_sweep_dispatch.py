@@ -48,8 +48,8 @@ def test_two_sweepers_racing_over_the_same_due_tasks_dispatch_each_task_once(eng
     tasks = due_tasks(first)
     due = first.scripts.due
 
-    def due_then_the_other_sweeper(*args):
-        seen = due(*args)  # the first sweeper has read what is due...
+    def due_then_the_other_sweeper(*args, **kw):
+        seen = due(*args, **kw)  # the first sweeper has read what is due...
         second.sweep()  # ...the second dispatches it all (its jobs not made yet) before it acts
         return seen
 

@@ -34,7 +34,28 @@ def task_snapshot(engine: Engine, task_id: str) -> dict:
         "history": body[BODY_HISTORY:] if body else [_s(h) for h in r.lrange(k.history, 0, -1)],
         "checkpoints": {_s(a): _s(b) for a, b in r.hgetall(k.checkpoints).items()},
         "sets": {name: r.zscore(getattr(k, name), task_id) for name in DEADLINE_SETS},
+        "ended": ended_entries(engine, task_id),
     }
+
+
+def ended_entries(engine: Engine, task_id: str) -> list[str]:
+    """The task's entries on its queue's ended line, oldest first ('<id> <ended ms>[ <kept until>]')."""
+    line = engine.redis.lrange(engine.keys.task(task_id).ended, 0, -1)
+    return [e for e in map(_s, line) if e.split(" ")[0] == task_id]
+
+
+def ended_at(engine: Engine, task_id: str) -> int | None:
+    """When the task's latest ending on the ended line was (ms), None when it has none."""
+    entries = ended_entries(engine, task_id)
+    return int(entries[-1].split(" ")[1]) if entries else None
+
+
+def purge_due_ms(engine: Engine, task_id: str) -> int:
+    """When ``engine``'s sweeper may purge the task (ms): its latest entry's kept-until, else its end
+    plus that engine's retention."""
+    *_, last = ended_entries(engine, task_id)
+    parts = last.split(" ")
+    return int(parts[2]) if len(parts) > 2 else int(parts[1]) + int(engine.config.retention * 1000)
 
 
 def queue_snapshot(engine: Engine, queue: str) -> dict:

@@ -16,7 +16,7 @@ def sleeping_sweeper(engine, interval: float = 60.0):
     stop and join it on exit."""
     looks = []
     due = engine.scripts.due
-    engine.scripts.due = lambda *a: looks.append(1) or due(*a)
+    engine.scripts.due = lambda *a, **kw: looks.append(1) or due(*a, **kw)
     stop = threading.Event()
     sweeper = threading.Thread(target=run_sweeper, args=(engine,), kwargs={"interval": interval, "stop": stop})
     sweeper.start()
