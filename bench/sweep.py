@@ -82,7 +82,7 @@ class IdleDispatcher:
 
 
 # Bench-only loader: clones a template task that the real scripts wrote (COPY of its hash, then
-# the id field replaced; COPY of its args, result, history) under ids '<idprefix><12 hex of n>',
+# its id implied by the new key; COPY of its body) under ids '<idprefix><12 hex of n>',
 # adds them to every zset that holds the template (queue index, owner index, deadline set) at the
 # template's score there (a terminal template: onto the ended line, ARGV[6]), and counts them.
 # Key names are built here (not declared in KEYS): fine on a standalone server, not cluster-safe;
@@ -113,7 +113,6 @@ for n = first, first + count - 1 do
   local id = idprefix .. string.format('%012x', n)
   local key = prefix .. id
   for _, part in ipairs(parts) do redis.call('COPY', tkey .. part, key .. part) end
-  redis.call('HSET', key, 'id', id)
   for z = 1, #zsets do
     local p = pending[z]
     p[#p + 1] = scores[z]

@@ -15,7 +15,7 @@ if not LEGAL.cancel[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()
 change(K, t, 'cancel', 'CANCELLED', now, 0,
-  {finished_at = now, reason = ARGV[7], error_kind = 'cancelled', cancelled_by = by, next_retry_at = '',
+  {reason = ARGV[7], error_kind = 'cancelled', cancelled_by = by, next_retry_at = '',
    waiting_on = ''},
   {by = by, reason = ARGV[7]})
 return finish({C.OK, t.version})

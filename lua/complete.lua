@@ -17,7 +17,7 @@ if refused then return refused end
 body_set_result(K, ARGV[7])
 breaker_outcome(K, KEYS[T + 1], t, true, now, breaker_cfg(ARGV[9]))
 change(K, t, 'complete', 'SUCCESS', now, 0,
-  {finished_at = now, progress = 1, ended_token = token, ended_by = 'complete', error_kind = '',
+  {progress = 1, ended_token = token, ended_by = 'complete', error_kind = '',
    reason = ''},
   {worker = ARGV[8]})
 return finish({C.OK, t.status, t.version})

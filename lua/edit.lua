@@ -33,7 +33,7 @@ local waiting = t.waiting_on == '1' and '1' or nil
 -- Read before the cancel: a CANCELLED task keeps no attempt settings (lib/record: ATTEMPT_SETTINGS).
 local lease_ms, timeout_ms, backoff = t.lease_ms, t.timeout_ms, t.backoff
 change(K, t, 'edit', 'CANCELLED', now, 0,
-  {finished_at = now, reason = 'superseded by ' .. new_id, error_kind = 'cancelled',
+  {reason = 'superseded by ' .. new_id, error_kind = 'cancelled',
    cancelled_by = by, superseded_by = new_id, next_retry_at = '', waiting_on = ''},
   {by = by, reason = 'superseded by ' .. new_id})
 -- The request's delay, due times and expiry carry over, and so does what was recorded of them (an

@@ -29,7 +29,7 @@ end
 -- PROCESSING -> TIMEOUT is always recorded, so the history says why the attempt ended.
 local retries = t.attempt < t.max_attempts
 change(K, t, 'expire', 'TIMEOUT', now, 0,
-  {error_kind = 'timeout', reason = reason, finished_at = now}, {reason = reason, worker = t.worker}, retries)
+  {error_kind = 'timeout', reason = reason}, {reason = reason, worker = t.worker}, retries)
 redis.call('HINCRBY', K.stats, 'fail:timeout', 1)
 if retries then
   -- A lost heartbeat (or an admin's reclaim) means the worker died or hung, not that the task
@@ -38,7 +38,7 @@ if retries then
   if reason ~= 'heartbeat_lost' and by == '' then at = now + backoff_ms(t.backoff, t.attempt, tonumber(ARGV[5])) end
   -- A task retried at once returns to the head of its line at its next dispatch (lua/dispatch).
   change(K, t, 'expire', 'RETRY_WAITING', now, at,
-    {next_retry_at = at, finished_at = '', returning = at <= now and '1' or ''}, {reason = reason})
+    {next_retry_at = at, returning = at <= now and '1' or ''}, {reason = reason})
   if at <= now then promote_now(K, t, now) end
 end
 return finish({C.OK, t.status, reason})

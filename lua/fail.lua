@@ -28,7 +28,6 @@ if ARGV[9] == '1' and t.attempt < t.max_attempts then
   fields.next_retry_at = at
   change(K, t, 'fail', 'RETRY_WAITING', now, at, fields, ev)
 else
-  fields.finished_at = now
   change(K, t, 'fail', 'FAILED', now, 0, fields, ev)
 end
 return finish({C.OK, t.status, t.version})

@@ -25,7 +25,7 @@ local reason = kind .. ': ' .. ARGV[7]
 redis.call('HINCRBY', K.stats, 'parked', 1)
 if ARGV[6] == '1' and not limit then
   change(K, t, 'park', 'FAILED', now, 0,
-    {finished_at = now, error_kind = kind, reason = reason, dispatch_id = '', park_id = ARGV[8]}, {reason = reason})
+    {error_kind = kind, reason = reason, dispatch_id = '', park_id = ARGV[8]}, {reason = reason})
 else
   local at = now + tonumber(ARGV[5])
   if limit then

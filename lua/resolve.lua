@@ -31,7 +31,7 @@ end
 if failed then
   local reason = 'dependency_failed:' .. failed
   change(K, t, 'resolve', 'CANCELLED', now, 0,
-    {finished_at = now, error_kind = 'dependency_failed', reason = reason, waiting_on = ''}, {reason = reason})
+    {error_kind = 'dependency_failed', reason = reason, waiting_on = ''}, {reason = reason})
   return finish({C.OK, 'cancelled'})
 end
 if open then

@@ -14,7 +14,7 @@ if not LEGAL.retry[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()
 change(K, t, 'retry', 'PENDING', now, now + CFG.dispatch_grace_ms,
-  {attempt = 0, retry_id = retry_id, retried_by = by, finished_at = '', error_kind = '',
+  {attempt = 0, retry_id = retry_id, retried_by = by, error_kind = '',
    reason = '', next_retry_at = '', stage = '', progress = 0, message = ''},
   {by = by, reason = 'manual retry by ' .. by, attempt = t.attempt})
 -- Unfinished again: watched for the due or escalation time it has not yet been recorded past.

@@ -72,8 +72,11 @@ class Task:
         return self.status.terminal
 
     @classmethod
-    def from_redis(cls, h: dict, args_json, result_json) -> Task:
+    def from_redis(cls, h: dict, args_json, result_json, task_id: str | None = None) -> Task:
+        """``task_id``: the task's, which its hash holds only when written before it was implied."""
         g = {text(k): text(v) for k, v in h.items()}
+        g.setdefault("id", task_id or "")
+        g.setdefault("queue", g["id"].split(".", 1)[0])
         lease = None
         if g.get("status") == "PROCESSING":
             parts = [int(g[k]) for k in ("lease_until", "attempt_deadline", "stage_deadline") if g.get(k, "0") != "0"]
@@ -94,9 +97,9 @@ class Task:
             error_kind=g.get("error_kind", ""),
             reason=g.get("reason", ""),
             created_at=_t(g.get("created_at")),
-            updated_at=_t(g.get("updated_at")),
+            updated_at=_t(g.get("updated_at") or g.get("state_since")),  # stored only when a touch moved it
             started_at=_t(g.get("started_at")),
-            finished_at=_t(g.get("finished_at")),
+            finished_at=_t(g.get("state_since")) if State(g["status"]).terminal else None,  # when it ended
             next_retry_at=_t(g.get("next_retry_at")),
             worker=g.get("worker", ""),
             supersedes=g.get("supersedes", ""),
@@ -118,10 +121,11 @@ class Task:
         )
 
     @classmethod
-    def from_reply(cls, entry: list) -> Task:
-        """A task from its lua/read.lua entry: [hash fields as a flat list, args, result, place in line, ...]."""
+    def from_reply(cls, entry: list, task_id: str) -> Task:
+        """Task ``task_id`` from its lua/read.lua entry: [hash fields as a flat list, args, result,
+        place in line, ...]."""
         flat, args, result, position = entry[:4]
-        task = cls.from_redis(dict(zip(flat[::2], flat[1::2])), args, result)
+        task = cls.from_redis(dict(zip(flat[::2], flat[1::2])), args, result, task_id)
         task.position = position
         return task
 

@@ -33,7 +33,7 @@ def get_many(engine, task_ids: list[str], owner: str | None = None) -> Call[list
     the read works on a Redis at maxmemory.
     """
     read = yield ReadTasks({t: engine.keys.task(t) for t in task_ids if parse_task_id(t) is not None}, owner)
-    return [Task.from_reply(read[t]) if read.get(t) else None for t in task_ids]
+    return [Task.from_reply(read[t], t) if read.get(t) else None for t in task_ids]
 
 
 def require(engine, task_id: str) -> Call[Task]:

@@ -195,7 +195,10 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   if FINAL[to] then drop(ATTEMPT_SETTINGS) end
   fields.status = to
   fields.state_since = now
-  fields.updated_at = now
+  -- Implied, so not stored (engine/core/models.py Task.from_redis): updated_at is state_since until
+  -- a touch (stage, progress) stores a later one; finished_at is a terminal task's state_since.
+  fields.updated_at = ''
+  fields.finished_at = ''
   fields.version = (t.version or 0) + 1
   save_task(K.task, t, fields)
   ev.verb = verb
@@ -218,7 +221,7 @@ end
 -- sweeper at the expiry time; claim records it instead of starting a task it finds expired).
 local function lapse_now(K, t, now)
   change(K, t, 'lapse', 'CANCELLED', now, 0,
-    {finished_at = now, reason = 'expired', error_kind = 'expired', next_retry_at = '', waiting_on = ''},
+    {reason = 'expired', error_kind = 'expired', next_retry_at = '', waiting_on = ''},
     {reason = 'expired'})
 end
 
@@ -266,6 +269,7 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
     f.expires_at = nil
   end
   t.id, t.owner, t.type, t.waiting_on, t.args_bytes = f.id, f.owner, f.type, f.waiting_on, #args_json
+  t.queue, f.id, f.queue = f.queue, nil, nil  -- implied by the key: not stored (lib/task load_task)
   if not due then
     due = now + delay_ms
     if delay_ms == 0 then due = now + CFG.dispatch_grace_ms end

@@ -14,6 +14,9 @@ local function load_task(key)
     if NUMERIC[k] then v = tonumber(v) end
     t[k] = v
   end
+  -- Implied by the key (create stores neither; a task from before did): '...:task:<queue>.<hex>'.
+  t.id = t.id or string.match(key, ':task:([^:]+)$')
+  t.queue = t.queue or string.match(t.id, '^([^.]+)%.')
   return t
 end
 

@@ -687,8 +687,8 @@ def check_run(engine: Engine, ids: list[str], log_path: str, report: Report, que
                 continue
             status = h["status"]
             states[status] += 1
-            if status not in NON_TERMINAL and h.get("finished_at"):
-                report.last_end_ms = max(report.last_end_ms, int(h["finished_at"]))
+            if status not in NON_TERMINAL:  # ended at its state_since (a task from before kept finished_at too)
+                report.last_end_ms = max(report.last_end_ms, int(h.get("finished_at") or h["state_since"]))
             if status in NON_TERMINAL:
                 report.stuck.append(f"{tid}:{status}")
                 why = _why_stuck(engine, tid, h)

@@ -33,7 +33,7 @@ def test_owner_cancels_a_task_that_has_not_ended(engine, state):
         for name in ("dispatch", "leases", "retries", "expiry")
         if engine.redis.zscore(getattr(k, name), task.id) is not None
     ] == []
-    assert ended_at(engine, task.id) == int(raw_task(engine, task.id)["finished_at"])
+    assert ended_at(engine, task.id) == int(raw_task(engine, task.id)["state_since"])
     event = engine.history(task.id)[-1]
     assert (event.verb, event.from_, event.to, event.by) == ("cancel", state, "CANCELLED", "alice")
     assert engine.check() == []

@@ -61,7 +61,7 @@ def test_completion_stores_the_result_and_ends_the_task_in_success(engine):
     assert got.finished_at is not None and got.lease_deadline is None
     k = engine.keys.task(task.id)
     assert engine.redis.zscore(k.leases, task.id) is None
-    finished_ms = int(raw_task(engine, task.id)["finished_at"])
+    finished_ms = int(raw_task(engine, task.id)["state_since"])
     assert ended_at(engine, task.id) == finished_ms and engine.redis.zscore(k.expiry, task.id) is None
     assert purge_due_ms(engine, task.id) == finished_ms + engine.config.retention * 1000
     event = engine.history(task.id)[-1]
@@ -101,7 +101,7 @@ def test_failed_attempts_wait_the_fixed_backoff_then_the_last_one_fails_the_task
     got = engine.get(task.id)
     assert (got.status, got.attempt, got.reason) == (State.FAILED, 3, "third")
     assert got.finished_at is not None
-    assert ended_at(engine, task.id) == int(raw_task(engine, task.id)["finished_at"])
+    assert ended_at(engine, task.id) == int(raw_task(engine, task.id)["state_since"])
     assert engine.stats()["images"]["failures"] == {"boom": 3}
     assert engine.check() == []
 

@@ -71,7 +71,7 @@ def test_attempt_past_its_timeout_expires_as_attempt_timeout_and_ends_in_timeout
     got = engine.get(task.id)
     assert (got.status, got.reason, got.error_kind) == (State.TIMEOUT, "attempt_timeout", "timeout")
     assert got.finished_at is not None
-    assert ended_at(engine, task.id) == int(raw_task(engine, task.id)["finished_at"])
+    assert ended_at(engine, task.id) == int(raw_task(engine, task.id)["state_since"])
     with pytest.raises(LeaseLost):
         engine.complete(lease, {})
     assert engine.get(task.id).result is None

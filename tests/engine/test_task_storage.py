@@ -11,6 +11,7 @@ import pytest
 from ghostless import Config, State
 from ghostless.core.keys import BODY_HISTORY
 from tests.support.snapshots import raw_task, sibling
+from tests.support.wait import wait_for_server_time
 
 ATTEMPT_FIELDS = ("lease_until", "attempt_deadline", "stage_deadline", "stage_since")
 ATTEMPT_SETTINGS = ("lease_ms", "timeout_ms", "backoff")
@@ -35,6 +36,27 @@ def test_a_finished_task_keeps_no_empty_field_and_none_of_its_attempts_deadlines
     task = engine.get(tid)  # what is absent reads as its default
     assert (task.reason, task.error_kind, task.next_retry_at, task.lease_deadline) == ("", "", None, None)
     assert task.stage == "uploading" and task.result == {"url": "s3://x"}
+
+
+def test_a_task_stores_nothing_it_implies_and_reads_it_all(engine):
+    task = engine.submit("render", {"prompt": "cat"}, owner="alice")
+    assert {"id", "queue", "updated_at", "finished_at"} & raw_task(engine, task.id).keys() == set()
+    assert (engine.get(task.id).id, engine.get(task.id).queue) == (task.id, "images")  # from the key
+    lease = engine.claim(task.id, "w1")
+    wait_for_server_time(engine.redis, int(raw_task(engine, task.id)["state_since"]) + 2)
+    engine.progress(lease, 0.5, "half")  # a touch: updated_at moves past state_since, stored
+    h = raw_task(engine, task.id)
+    assert int(h["updated_at"]) > int(h["state_since"]) and "finished_at" not in h
+    running = engine.get(task.id)
+    assert running.updated_at == int(h["updated_at"]) / 1000 and running.finished_at is None
+    engine.fail(lease, "boom", "no", retryable=False)
+    h = raw_task(engine, task.id)
+    assert "updated_at" not in h and "finished_at" not in h  # both are its state_since
+    failed = engine.get(task.id)
+    assert failed.updated_at == failed.finished_at == int(h["state_since"]) / 1000
+    assert failed.finished_at >= running.updated_at
+    engine.retry(task.id, by="alice")
+    assert engine.get(task.id).finished_at is None
 
 
 def test_a_task_that_can_have_no_further_attempt_keeps_no_attempt_settings(engine):
@@ -99,8 +121,10 @@ def test_the_body_keeps_args_and_result_while_its_history_is_capped(engine):
 
 
 def to_legacy(engine, task_id: str) -> None:
-    """Store a task as a release before the body did: args, result and history under their own keys."""
+    """Store a task as a release before the body did: args, result and history under their own keys,
+    and its id and queue in its hash."""
     k, r = engine.keys.task(task_id), engine.redis
+    r.hset(k.task, mapping={"id": task_id, "queue": task_id.split(".")[0]})
     body = r.lrange(k.body, 0, -1)
     r.set(k.args, body[0])
     if body[1]:
