@@ -296,14 +296,23 @@ REALISTIC_STEPS = (("stage", "render"), ("progress", 0.5, "half"), ("stage", "up
 
 
 def pipelined_lifecycles(
-    engine: Engine, type_name: str, args: dict, result, n: int, batch: int = 100, worker: str = "w1", steps=()
+    engine: Engine,
+    type_name: str,
+    args: dict,
+    result,
+    n: int,
+    batch: int = 100,
+    worker: str = "w1",
+    steps=(),
+    owners: int = 1,
 ) -> list[str]:
     """n full lifecycles in batches: one pipeline of `batch` submits, then claims, then one per
     step (``("stage", name)`` or ``("progress", fraction, message)``, Engine.stage/progress), then
-    completes."""
+    completes. The tasks are owner "bench"'s, or with ``owners`` > 1 spread over "user0", "user1", ..."""
     ids = []
     for start in range(0, n, batch):
-        leases = pipelined_claims(engine, type_name, args, ["bench"] * min(batch, n - start), worker)
+        who = ["bench" if owners == 1 else f"user{i % owners}" for i in range(start, start + min(batch, n - start))]
+        leases = pipelined_claims(engine, type_name, args, who, worker)
         for verb, *step in steps:
             pipe = engine.redis.pipeline(transaction=False)
             for lease in leases:

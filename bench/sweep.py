@@ -64,6 +64,7 @@ TICKS = 50
 RECLAIM = 100_000
 RECLAIM_VARIANT = 5_000
 RECLAIM_RQ = 2_000
+MEM_OWNERS = 100  # the owner index again with the tasks spread over this many owners (50 each)
 MEM_TASKS = 5_000  # issue 15 measured at 5,000: the stream (capped at 10,000 entries) is full
 TICK_TARGET_MS, RECLAIM_TARGET, MEM_TARGET = 2.0, 5000.0, 1024  # memory: issue 15
 
@@ -367,6 +368,13 @@ def bench_memory(r) -> dict:
         "fixed-size per queue and not counted"
     )
     ghost = {"total": total, "overhead": overhead, "args": a_len, "result": r_len}
+    spread = spread_owner_share(r, engine, MEM_OWNERS) - owner_share  # what many owners change
+    print(
+        f"(c) the same {MEM_TASKS:,} lifecycles spread over {MEM_OWNERS} owners ({MEM_TASKS // MEM_OWNERS} tasks "
+        f"each; a zset of at most 128 members is a listpack): owner index share {owner_share + spread:.0f} B, so "
+        f"{total + spread:,.0f} B per task = {overhead + spread:,.0f} B + args + result "
+        f"({overhead + spread - stream_share:,.0f} B once its events have left the stream)"
+    )
 
     rq_total = bench_rq_memory(r)
     ok = overhead <= MEM_TARGET
@@ -379,6 +387,13 @@ def bench_memory(r) -> dict:
         f" | RQ job (JSON serializer, FINISHED): {rq_total:,.0f} B, ghostless = {total / rq_total:.2f}x RQ"
     )
     return ghost
+
+
+def spread_owner_share(r, engine, owners: int) -> float:
+    """Bytes per task of the owner indexes when MEM_TASKS realistic lifecycles belong to ``owners`` owners."""
+    r.flushall()
+    ids = pipelined_lifecycles(engine, "job", ARGS, RESULT, MEM_TASKS, 100, steps=REALISTIC_STEPS, owners=owners)
+    return sum(usage(r, engine.keys.owner_index("default", f"user{i}")) for i in range(owners)) / len(ids)
 
 
 def bench_rq_memory(r, n: int = 200) -> float:
