@@ -25,8 +25,10 @@ if sets < #KEYS then
   -- alone when it is not: a tick over a long line reads one entry).
   local due, head = {}, redis.call('LINDEX', KEYS[#KEYS], 0)
   local entries = {}
-  if head then
-    if ended_due(head) > now then entries = {head} else entries = redis.call('LRANGE', KEYS[#KEYS], 0, tonumber(ARGV[5]) - 1) end
+  if head and ended_due(head) > now then
+    entries = {head}
+  elseif head then
+    entries = redis.call('LRANGE', KEYS[#KEYS], 0, tonumber(ARGV[5]) - 1)
   end
   for _, entry in ipairs(entries) do
     local at = ended_due(entry)

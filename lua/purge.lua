@@ -13,12 +13,12 @@ local now = now_ms()
 local t
 if entry then
   t = load_task(K.task)
-  local _, ended, kept = ended_parse(entry)
+  local _, ended = ended_parse(entry)
   if not t or not TERMINAL[t.status] or tonumber(t.state_since) ~= ended then
     redis.call('LREM', K.ended, 1, entry)
     return {C.NOT_FOUND}
   end
-  if (kept or ended + CFG.retention_ms) > now then return {C.NOT_DUE} end
+  if ended_due(entry) > now then return {C.NOT_DUE} end
 else
   t = load_listed(K.task, K.expiry, ARGV[5])
   if not t then return {C.NOT_FOUND} end
@@ -30,7 +30,7 @@ for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do
   if redis.call('ZSCORE', K.waiting, kid) then
     if entry then  -- to the line's tail, kept another retention period
       redis.call('LREM', K.ended, 1, entry)
-      redis.call('RPUSH', K.ended, t.id .. ' ' .. t.state_since .. ' ' .. (now + CFG.retention_ms))
+      redis.call('RPUSH', K.ended, ended_entry(t.id, t.state_since, now + CFG.retention_ms))
     else
       redis.call('ZADD', K.expiry, now + CFG.retention_ms, t.id)
     end

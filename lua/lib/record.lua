@@ -86,7 +86,7 @@ local function place(K, t, from, to, score, now, passing)
   elseif TERMINAL[to] and not passing then  -- (one passing through is left again in the same script)
     -- Ended: on the ended line, as '<id> <ended ms>' (its state_since); the sweeper purges it once
     -- its retention (the sweeper's) has passed since then.
-    redis.call('RPUSH', K.ended, id .. ' ' .. now)
+    redis.call('RPUSH', K.ended, ended_entry(id, now))
     redis.call('ZREM', K.watch, id)  -- ended in time or not: nothing more to escalate
     -- Tasks still waiting on this one are due for a look at their parents now.
     for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do

@@ -109,6 +109,11 @@ end
 --- The ended line (K.ended): one entry per ending, '<id> <ended ms>', in the order tasks ended;
 --- '<id> <ended ms> <kept until ms>' for a task kept past its retention (lua/purge.lua).
 
+-- The entry of task `id` that ended at `ended` ms (kept until `kept` ms, when given).
+local function ended_entry(id, ended, kept)
+  return id .. ' ' .. ended .. (kept and ' ' .. kept or '')
+end
+
 -- id, ended ms, kept-until ms (nil when not kept) of an entry.
 local function ended_parse(entry)
   local id, ended, kept = string.match(entry, '^(%S+) (%d+) ?(%d*)$')
