@@ -25,7 +25,6 @@ from .errors import (
     RateLimited,
     RedisFull,
     TaskNotFound,
-    WrongDispatch,
 )
 from .keys import TASK_OWN_KEYS, parse_task_id
 from .models import Lease
@@ -110,8 +109,6 @@ class LeaseCalls:
             if reply[0] != Code.MOVED:
                 break
             head = text(reply[1])
-        else:  # the head changed under every try: nothing changed; a later delivery takes the task
-            raise WrongDispatch(task_id, dispatch_id)
         if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED):
             assert tt is not None  # a breaker or a limit answers only where tt named its keys
             if len(reply) > 3:
