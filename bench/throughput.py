@@ -25,9 +25,8 @@ commands run inside scripts included).
 Then (``--profile-jobs``, default 500) the same no-op jobs in one in-process SimpleWorker in burst
 mode: wall time per job, Redis round trips (socket writes: a pipeline is one) and commands per job
 on the worker side, and the wall time of each ghostless step (claim, checkpoints read, heartbeat
-thread start, complete); ``--show-profile`` adds cProfile tables. In burst mode RQ pops each of a
-multi-list worker's lists with LPOP (no blocking pop), so the per-priority lists add LPOPs there
-that a long-running worker (one BLPOP) does not pay.
+thread start, complete); ``--show-profile`` adds cProfile tables. In burst mode RQ pops a worker's
+lists with LPOP (no blocking pop); a ghostless queue is one RQ list, as a plain RQ queue is.
 """
 
 from __future__ import annotations

@@ -8,10 +8,11 @@
 --   ARGV[7]: the task's score in the dispatch set as the sweeper read it ('' = no check): the
 --   dispatch is a compare-and-set on it, so of several sweepers that saw the task due, one dispatches;
 --   ARGV[8]: 'rearm' to only move the job check of the current dispatch ARGV[5] (its job is lost:
---   engine.job_lost), never to dispatch
--- Returns: {OK, version, front} (front: 1 when the task returns from an attempt that was taken from
---   it, a reclaimed lease, a lost worker or a release, and goes to the head of its priority's line,
---   else 0) | {REPLAYED, version} when this dispatch id is already current (its
+--   engine.job_lost), never to dispatch; 'passed' to dispatch a task a claim passed over, whose
+--   spent dispatch is ARGV[9], keeping its place in the ready line
+-- Returns: {OK, version} (a task that returns from an attempt that was taken from it, a reclaimed
+--   lease, a lost worker or a release, goes to the head of its priority in the ready line) |
+--   {REPLAYED, version} when this dispatch id is already current (its
 --   job still exists: the sweeper's next check moves to ARGV[6] from now) |
 --   {NOT_DUE} while the queue is draining, or the task waits on its parents or on its submit's
 --   delay, or (ARGV[7]) it is no longer due at the score the sweeper saw, or (ARGV[8]) ARGV[5] is
@@ -25,19 +26,24 @@ if t.dispatch_id == ARGV[5] then
   return {C.REPLAYED, t.version}
 end
 if ARGV[8] == 'rearm' then return {C.NOT_DUE} end
+-- A task a claim passed over (lua/claim.lua) gets a job again for the dispatch the claim spent,
+-- keeping its place in line; even while the queue drains (it had a job).
+local passed = ARGV[8] == 'passed'
+if passed and not (t.status == 'QUEUED' and t.passed and t.dispatch_id == ARGV[9]) then return {C.NOT_DUE} end
 if not LEGAL.dispatch[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 local seen = tonumber(ARGV[7] or '')
 if seen then
   local score = tonumber(redis.call('ZSCORE', K.dispatch, t.id))
   if score == nil or score ~= seen or score > now then return {C.NOT_DUE} end
 end
-if t.waiting_on == '1' or tonumber(t.not_before or 0) > now
-    or redis.call('HEXISTS', KEYS[T + 1], 'draining') == 1 then
+if not passed and (t.waiting_on == '1' or tonumber(t.not_before or 0) > now
+    or redis.call('HEXISTS', KEYS[T + 1], 'draining') == 1) then
   return {C.NOT_DUE}
 end
 
 local reason = ''
-if t.status == 'QUEUED' then reason = 'redispatch' end
+if t.status == 'QUEUED' then reason = passed and 'passed over' or 'redispatch' end
+t.keep_place = passed  -- lib/record: place() leaves it where it is in the ready line
 local front = t.returning == '1'
 t.front = front  -- lib/record: place() puts it at the head of its priority in the ready line
 -- queued_at survives a re-dispatch, so "QUEUED for too long" measures the whole wait.
@@ -45,4 +51,4 @@ change(K, t, 'dispatch', 'QUEUED', now, now + tonumber(ARGV[6]),
   {dispatch_id = ARGV[5], dispatched_at = now, queued_at = t.status == 'PENDING' and now or t.queued_at,
    returning = ''},
   {reason = reason})
-return {C.OK, t.version, front and 1 or 0}
+return {C.OK, t.version}

@@ -57,7 +57,7 @@ def ops_families(engine, queues: list[str], totals: dict[str, dict[str, int]]):
     serving: dict[str, set[str]] = {q: set() for q in queues}
     for w in engine.dispatcher.workers():
         for q in w["queues"]:
-            serving.setdefault(q.partition("@")[0], set()).add(w["name"])  # images@+5: a priority of images
+            serving.setdefault(q, set()).add(w["name"])
     workers = GaugeMetricFamily("ghostless_workers", "Live workers serving the queue", labels=["queue"])
     for q, names in sorted(serving.items()):
         workers.add_metric([q], len(names))

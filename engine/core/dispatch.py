@@ -16,11 +16,11 @@ class Dispatcher(Protocol):
     #: False for NullDispatcher: the engine then leaves tasks in PENDING.
     active: bool
 
-    def enqueue(
-        self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float, at_front: bool = False
-    ) -> None:
-        """Create the executor job ``dispatch_id`` whose one argument is ``task_id``; with
-        ``at_front`` (a task returning from a lost attempt) ahead of the others of its priority.
+    def enqueue(self, task_id: str, queue: str, dispatch_id: str, timeout: float, at_front: bool = False) -> None:
+        """Create the executor job ``dispatch_id`` whose one argument is ``task_id``, at the back of
+        the queue's one line of jobs (``at_front``: at its front, for a task a claim passed over,
+        which is next). Its claim (``Engine.claim`` with the dispatch id) may take the head of the
+        queue's ready line instead (priority order): the executor keeps no order of its own.
 
         May be called twice for one task (at-least-once); the claim keeps each
         attempt to one execution.
@@ -36,7 +36,7 @@ class Dispatcher(Protocol):
 class NullDispatcher:
     active = False
 
-    def enqueue(self, task_id, queue, dispatch_id, priority, timeout, at_front=False) -> None:  # pragma: no cover
+    def enqueue(self, task_id, queue, dispatch_id, timeout, at_front=False) -> None:  # pragma: no cover
         raise RuntimeError("NullDispatcher never enqueues")
 
     def job_exists(self, dispatch_id, queue=None) -> bool:  # pragma: no cover

@@ -185,18 +185,21 @@ class Engine(LeaseCalls, Management, Reads):
         claim refuses whichever delivery is not current. Raises TaskNotFound, UnknownTaskType,
         IllegalTransition.
         """
-        row = self.redis.hmget(self._keys(task_id).task, "type", "priority")
-        if row[0] is None:
+        type_name = self.redis.hget(self._keys(task_id).task, "type")
+        if type_name is None:
             raise TaskNotFound(task_id)
-        type_name, priority = (text_or_none(v) for v in row)
-        return self.dispatch_known(task_id, self.registry.get(type_name), int(priority or 0))
+        return self.dispatch_known(task_id, self.registry.get(text_or_none(type_name)))
 
-    def dispatch_known(self, task_id: str, tt: TaskType, priority: int, seen_score: float | None = None) -> str | None:
-        """``dispatch`` when the caller knows the task's type and priority. Returns None (nothing
-        done) while its queue drains or it waits on parents, or (``seen_score``: a sweeper's
-        compare-and-set) when it is no longer due at that score. A task returning from a lost
-        attempt goes to the head of its priority. A failed enqueue is reported (``job_lost``) and
-        raised (RedisFull when Redis refused the write)."""
+    def dispatch_known(
+        self, task_id: str, tt: TaskType, seen_score: float | None = None, passed: str = ""
+    ) -> str | None:
+        """``dispatch`` when the caller knows the task's type. Returns None (nothing done) while its
+        queue drains or it waits on parents, or (``seen_score``: a sweeper's compare-and-set) when
+        it is no longer due at that score. A task returning from a lost attempt goes to the head of
+        its priority in the ready line, whose head a job's claim may take (lua/claim.lua). With
+        ``passed`` (the dispatch a claim spent taking the head instead of this task): only if it is
+        still so, keeping its place in line, its job at the front of the executor's queue. A failed
+        enqueue is reported (``job_lost``) and raised (RedisFull when Redis refused the write)."""
         dispatch_id = uuid.uuid4().hex
         # Recorded first: a worker that takes the job at once must find its dispatch id current
         # (enqueue-then-record let an idle worker's claim arrive first and be refused). The script
@@ -208,14 +211,13 @@ class Engine(LeaseCalls, Management, Reads):
             dispatch_id,
             ms(self.config.requeue_after),
             seen_score,
+            passed=passed,
         )
         if reply[0] == Code.NOT_DUE:
             return None
         try:
             with refusing_full(f"enqueue of task {task_id}"):
-                self.dispatcher.enqueue(
-                    task_id, tt.queue, dispatch_id, priority, tt.timeout, at_front=len(reply) > 2 and reply[2] == 1
-                )
+                self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, tt.timeout, at_front=bool(passed))
         except Exception:
             self.job_lost(task_id, dispatch_id)
             raise

@@ -30,6 +30,7 @@ class Code(enum.IntEnum):
     ATTEMPT_ENDED = -11  # heartbeat: the attempt of this token has already reported its outcome
     RATE_LIMITED = -12  # claim: the upstream's rate limit has no start left in its window: park the task
     EXPIRED = -13  # claim: the task was not started before its expiry: the claim cancelled it instead
+    MOVED = 3  # claim: the head of the ready line comes first: claim again with its keys
 
 
 #: Redis failing for its own reasons (unreachable, hung, restarting, loading, full under noeviction,

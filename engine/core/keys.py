@@ -45,18 +45,22 @@ def queue_tag(queue: str) -> str:
 
 
 # RQ's names for a queue's jobs (engine/execution/rq_dispatch.py, rq_cluster.py). On a standalone
-# Redis they are RQ's own: queue ``gl.images@+5`` (key ``rq:queue:gl.images@+5``), job id = the
+# Redis they are RQ's own: queue ``gl.images`` (key ``rq:queue:gl.images``), job id = the
 # dispatch id. On a Cluster ("tagged") they carry the queue's hash tag, so every RQ key of a
-# queue's jobs is in that queue's slot: queue ``gl.{images}@+5``, job id ``images-<dispatch id>``
+# queue's jobs is in that queue's slot: queue ``gl.{images}``, job id ``images-<dispatch id>``
 # (RQ allows no braces in a job id) whose key is ``rq:job:{images}-<dispatch id>``.
+# One RQ queue per queue: a job's claim may start the head of the queue's ready line (lua/claim.lua).
 
 
-def rq_queue_name(namespace: str, queue: str, priority: int = 0, tagged: bool = False) -> str:
-    """The RQ queue of one priority of a queue: ``gl.images`` (0), ``gl.images@+5``,
-    ``gl.images@-3``; tagged: ``gl.{images}@+5``."""
-    return f"{rq_queue_prefix(namespace)}{queue_tag(queue) if tagged else queue}" + (
-        f"@{priority:+d}" if priority else ""
-    )
+def rq_queue_name(namespace: str, queue: str, tagged: bool = False) -> str:
+    """The RQ queue of a queue: ``gl.images``; tagged: ``gl.{images}``."""
+    return f"{rq_queue_prefix(namespace)}{queue_tag(queue) if tagged else queue}"
+
+
+def rq_legacy_queue(name: str) -> bool:
+    """Whether an RQ queue name is one of a queue's per-priority lists from before one RQ queue
+    per queue (``gl.images@+5``): no worker serves them any more (rq_dispatch.py job_exists)."""
+    return "@" in name
 
 
 def rq_queue_prefix(namespace: str) -> str:
@@ -97,6 +101,20 @@ def _owner_digest(owner: str) -> str:
 #: The index of a task body's first history entry: a body is [args JSON, result JSON, history...]
 #: (TaskKeys.body; lua/lib/task.lua).
 BODY_HISTORY = 2
+
+
+#: The keys of one task (the others in TaskKeys are its queue's): field -> suffix after
+#: ``<queue prefix>:task:<id>``. The one table both Keys.task and Lua's keys_of (engine/core/lua_source.py) build from.
+TASK_OWN_KEYS = {
+    "task": "",
+    "body": ":body",
+    "args": ":args",
+    "result": ":result",
+    "history": ":history",
+    "checkpoints": ":checkpoints",
+    "children": ":children",
+    "notifications": ":notifications",
+}
 
 
 class TaskKeys(NamedTuple):
@@ -159,13 +177,9 @@ class Keys:
             raise ValueError(f"malformed task id {task_id!r}")
         q = self.queue_prefix(queue)
         t = f"{q}:task:{task_id}"
+        own = {field: t + suffix for field, suffix in TASK_OWN_KEYS.items()}
         return TaskKeys(
-            task=t,
-            body=f"{t}:body",
-            args=f"{t}:args",
-            result=f"{t}:result",
-            history=f"{t}:history",
-            checkpoints=f"{t}:checkpoints",
+            **own,
             events=f"{q}:events",
             counts=f"{q}:counts",
             stats=f"{q}:stats",
@@ -176,10 +190,8 @@ class Keys:
             index=f"{q}:index",
             ready=f"{q}:ready",
             watch=f"{q}:watch",
-            children=f"{t}:children",
             waiting=f"{q}:waiting",
             outbox=f"{q}:outbox",
-            notifications=f"{t}:notifications",
             owners=f"{q}:owners",
             start_by=f"{q}:start_by",
             pending_since=f"{q}:pending_since",

@@ -17,8 +17,16 @@ from ghostless.core import breakers as breakers_mod, rates as rates_mod
 
 from .clients import heartbeat_client
 from .config import ms
-from .errors import BreakerOpen, Code, GhostlessError, IllegalTransition, RateLimited, RedisFull, TaskNotFound
-from .keys import parse_task_id
+from .errors import (
+    BreakerOpen,
+    Code,
+    GhostlessError,
+    IllegalTransition,
+    RateLimited,
+    RedisFull,
+    TaskNotFound,
+)
+from .keys import TASK_OWN_KEYS, parse_task_id
 from .models import Lease
 from .states import State
 from .text import text, text_or_none
@@ -33,6 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ghostless")
 MAX_UNREPORTED = 10_000  # lost-job reports a process keeps while Redis refuses them
+CLAIM_TRIES = 3  # calls of one claim: MOVED (the head comes first) once in a quiet queue
 
 
 class LeaseCalls:
@@ -52,9 +61,18 @@ class LeaseCalls:
         def _keys(self, task_id: str) -> TaskKeys: ...
         def _json(self, what: str, value: Any, limit: int | None = None) -> str: ...
         def dispatch(self, task_id: str) -> str | None: ...
+        def dispatch_known(
+            self, task_id: str, tt: Any, seen_score: float | None = None, passed: str = ""
+        ) -> str | None: ...
 
     def claim(self, task_id: str, worker: str, dispatch_id: str = "", claim_id: str | None = None) -> Lease:
-        """Take the task's lease for a new attempt (a new, higher fencing token).
+        """Take the lease of a task for a new attempt (a new, higher fencing token).
+
+        With ``dispatch_id`` (an executor job's delivery: the job was made for ``task_id``), the
+        claim takes the head of its queue's ready line instead when the head is of a higher
+        priority or returns from a lost attempt, and this engine runs its type; ``Lease.task_id``
+        says which (lua/claim.lua). ``task_id`` is then dispatched again at once, at the front of
+        the executor's queue, keeping its place in line. Without it, the claim takes ``task_id``.
 
         Args:
             dispatch_id: the executor job's id; a delivery of an older dispatch is refused.
@@ -63,42 +81,45 @@ class LeaseCalls:
 
         Raises: TaskNotFound, IllegalTransition (not PENDING/QUEUED), WrongDispatch,
             UnknownTaskType (this engine does not run the task's type; nothing is imported),
-            BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task),
-            RateLimited (its upstream's rate limit has no start left now: nothing changed; ``park``
-            it for ``e.wait``, when its slot frees), TaskExpired (an IllegalTransition: the task was
-            past its expiry and never started; the claim cancelled it, reason ``expired``),
-            RedisFull or redis-py's ConnectionError/TimeoutError (the job given is then reported lost:
-            ``job_lost``, so the sweeper dispatches the task again within seconds).
+            BreakerOpen (the type's upstream breaker is open: nothing changed; ``park`` the task
+            ``e.task_id``), RateLimited (its upstream's rate limit has no start left now: nothing
+            changed; ``park`` it for ``e.wait``, when its slot frees), TaskExpired (an
+            IllegalTransition: the task was past its expiry and never started; the claim cancelled
+            it, reason ``expired``), RedisFull or redis-py's ConnectionError/TimeoutError (the job
+            given is then reported lost: ``job_lost``, so the sweeper dispatches the task again
+            within seconds).
         """
         worker = _text("worker", worker)
-        types = "," + ",".join(t.name for t in self.registry) + ","
-        keys = self._keys(task_id)
-        breaker_key, spec, tt = None, "", None
-        limit_keys: tuple[str, ...] = ()
-        limit_spec = ""
-        if any(t.breaker or t.rate for t in self.registry):  # only then is the type needed before the claim
-            type_name = self.redis.hget(keys.task, "type")
-            if type_name is None:
-                raise TaskNotFound(task_id)
-            tt = self.registry.get(text_or_none(type_name))
-            breaker_key, spec = self._breaker(tt.name)
-            limit_keys, limit_spec = self._limit(tt.name)
+        types, free = self._claim_types()
+        keys = self._keys(task_id)  # TaskNotFound for an id of no queue
         claim_id = claim_id or uuid.uuid4().hex
-        try:
-            reply = self.scripts.claim(
-                keys, task_id, worker, claim_id, dispatch_id, types, breaker_key, spec, limit_keys, limit_spec
+        type_name: str | None = None
+        if free != types:  # some type has a breaker or a rate limit: the task's settings are needed
+            found = self.redis.hget(keys.task, "type")
+            if found is None:
+                raise TaskNotFound(task_id)
+            type_name = text_or_none(found)
+        head = ""
+        for tries_left in range(CLAIM_TRIES - 1, -1, -1):
+            # The head of the line comes first: claim again with its keys (MOVED names it); a last
+            # try takes no head (it changed under every try: a busy queue's claims raced this one).
+            reply, tt = self._claim_as(
+                keys, task_id, worker, claim_id, dispatch_id, types, free, type_name, head, not tries_left
             )
-        except (RedisFull, redis.ConnectionError, redis.TimeoutError):
-            if dispatch_id:  # the executor handed this job over: it will not be delivered again
-                self.job_lost(task_id, dispatch_id, patience=self.config.dispatch_grace)
-            raise
+            if reply[0] != Code.MOVED:
+                break
+            head = text(reply[1])
         if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED):
             assert tt is not None  # a breaker or a limit answers only where tt named its keys
+            if len(reply) > 3:
+                self._dispatch_passed(text(reply[3]), dispatch_id)
             busy = BreakerOpen if reply[0] == Code.BREAKER_OPEN else RateLimited
-            raise busy(task_id, tt.breaker_name, int(reply[1]) / 1000)
-        flat = reply[7] if len(reply) > 7 else []
+            raise busy(text(reply[2]), tt.breaker_name, int(reply[1]) / 1000)
+        if len(reply) > 9:
+            self._dispatch_passed(text(reply[9]), dispatch_id)
+        flat = reply[7]
         return Lease(
-            task_id=task_id,
+            task_id=text(reply[8]),
             token=int(reply[1]),
             attempt=int(reply[2]),
             args=json.loads(reply[3]),
@@ -109,6 +130,57 @@ class LeaseCalls:
             claim_id=claim_id,
             checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)},
         )
+
+    def _dispatch_passed(self, task_id: str, spent: str) -> None:
+        """Give the task a claim passed over (taking the head of the line with the job made for it)
+        a job again, at the front of the executor's queue: it is next. Never raises: if this fails,
+        the sweeper dispatches it within ``Config.dispatch_grace`` (the claim set that deadline)."""
+        try:
+            type_name = text_or_none(self.redis.hget(self._keys(task_id).task, "type"))
+            self.dispatch_known(task_id, self.registry.get(type_name), passed=spent)
+        except (GhostlessError, redis.RedisError) as e:
+            log.warning("task %s: passed over, not dispatched again yet (the sweeper will): %s", task_id, e)
+
+    def _claim_types(self) -> tuple[str, str]:
+        """The types this engine runs and, of them, those with neither a breaker nor a rate limit
+        (each as ',a,b,'; ',' for none): a claim may take a task of the second kind without its
+        settings."""
+        names = [t.name for t in self.registry]
+        free = [t.name for t in self.registry if not (t.breaker or t.rate)]
+        return "," + ",".join(names) + ",", "," + ",".join(free) + ("," if free else "")
+
+    def _claim_as(self, keys, task_id, worker, claim_id, dispatch_id, types, free, type_name, head, last_try):
+        """One claim call, with the breaker and rate limit settings of ``type_name`` (if any) and the
+        keys of the ``head`` of the ready line (if a MOVED reply named one)."""
+        tt = self.registry.get(type_name) if type_name in self.registry else None  # not run here: no settings
+        breaker_key, spec, limit_spec = None, "", ""
+        limit_keys: tuple[str, ...] = ()
+        if tt is not None:
+            breaker_key, spec = self._breaker(tt.name)
+            limit_keys, limit_spec = self._limit(tt.name)
+        try:
+            reply = self.scripts.claim(
+                keys,
+                task_id,
+                worker,
+                claim_id,
+                dispatch_id,
+                types,
+                breaker_key,
+                spec,
+                limit_keys,
+                limit_spec,
+                settings_for=tt.name if tt is not None else "",
+                free=free,
+                head=head,
+                head_keys=[getattr(self.keys.task(head), f) for f in TASK_OWN_KEYS] if head else (),
+                last_try=last_try,
+            )
+        except (RedisFull, redis.ConnectionError, redis.TimeoutError):
+            if dispatch_id:  # the executor handed this job over: it will not be delivered again
+                self.job_lost(task_id, dispatch_id, patience=self.config.dispatch_grace)
+            raise
+        return reply, tt
 
     def job_lost(self, task_id: str, dispatch_id: str, patience: float = 0.0) -> bool:
         """Report that the executor job ``dispatch_id`` of a QUEUED task will not run (its enqueue

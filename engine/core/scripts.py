@@ -34,6 +34,7 @@ from .models import Lease
 from .plans import Plan, SubmitArgs
 from .replication import Waiter
 from .replies import RESOLVE_MARK, WAITING, parse, refuse
+from .text import text
 
 __all__ = ["AsyncScripts", "Scripts", "SubmitArgs"]
 
@@ -125,13 +126,16 @@ class Scripts(_Runner):
         requeue_ms: int,
         seen_score: float | None = None,
         rearm: bool = False,
+        passed: str = "",
     ) -> list:
         """NOT_DUE while the queue drains, or (``seen_score``: the task's dispatch-set score as a
         sweeper read it) when it is no longer due at that score: the caller then makes no job.
-        With ``rearm``: only move the job check of the current dispatch ``dispatch_id`` (else NOT_DUE)."""
+        With ``rearm``: only move the job check of the current dispatch ``dispatch_id`` (else NOT_DUE);
+        with ``passed``, the dispatch a claim spent passing the task over (lua/dispatch.lua)."""
         seen = "" if seen_score is None else repr(float(seen_score))
+        mode = "rearm" if rearm else "passed" if passed else ""
         return refuse(
-            self._call("dispatch", [*keys, control], [dispatch_id, requeue_ms, seen, "rearm" if rearm else ""]),
+            self._call("dispatch", [*keys, control], [dispatch_id, requeue_ms, seen, mode, passed]),
             "dispatch",
             task_id,
         )
@@ -148,21 +152,27 @@ class Scripts(_Runner):
         breaker_spec: str = "",
         limit_keys: Sequence[str] = (),
         limit_spec: str = "",
+        settings_for: str = "",
+        free: str = "",
+        head: str = "",
+        head_keys: Sequence[str] = (),
+        last_try: bool = False,
     ) -> list:
-        """``limit_keys``: the rate limit's start log and parked set, with ``limit_spec``.
-        Raises TaskExpired when the claim found the task expired (and cancelled it)."""
-        reply = self._call(
-            "claim",
-            [*keys, *([breaker_key] if breaker_key else []), *limit_keys],
-            [worker, claim_id, dispatch_id, types, breaker_spec, limit_spec],
-        )
+        """``limit_keys``: the rate limit's start log and parked set, with ``limit_spec``; both and the
+        breaker's are the settings of type ``settings_for``; ``free``: the types of ``types`` that need
+        none; ``head``: the head of the ready line, with its own keys (keys.py TASK_OWN_KEYS), which
+        a MOVED reply named (lua/claim.lua). Raises TaskExpired when the claim found the task expired
+        (and cancelled it)."""
+        argv = [worker, claim_id, dispatch_id, types, breaker_spec, limit_spec]
+        argv += [settings_for, free, head, "1" if last_try else ""]
+        reply = self._call("claim", [*keys, *([breaker_key] if breaker_key else []), *limit_keys, *head_keys], argv)
         if reply[0] == Code.WRONG_DISPATCH:
             raise WrongDispatch(task_id, dispatch_id)
         if reply[0] == Code.UNKNOWN_TYPE:
             raise UnknownTaskType(reply[1])
         if reply[0] == Code.EXPIRED:
-            raise TaskExpired(task_id)
-        if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED):
+            raise TaskExpired(text(reply[1]))
+        if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED, Code.MOVED):
             return reply  # the engine knows the upstream's name and raises BreakerOpen / RateLimited
         if reply[0] == Code.NOT_DUE:  # waiting on its parents, or delayed
             raise IllegalTransition(task_id, f"PENDING ({reply[1]})", "claim")

@@ -145,6 +145,6 @@ def submit(
     if reply[3] == "waiting":
         return task
     # The RQ enqueue is sync redis-py: the AsyncEngine runs it in a worker thread.
-    if delay_ms == 0 and engine.dispatcher.active and (yield Blocking(engine.dispatch_known, (task_id, tt, priority))):
+    if delay_ms == 0 and engine.dispatcher.active and (yield Blocking(engine.dispatch_known, (task_id, tt))):
         task.status, task.version = State.QUEUED, 2
     return task

@@ -199,11 +199,11 @@ def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, co
     pipe = engine.redis.pipeline(transaction=False)
     dispatch_set = engine.keys.queue_key(queue, "dispatch")
     for tid in task_ids:
-        pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type", "priority")
+        pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type")
         pipe.zscore(dispatch_set, tid)
     replies = pipe.execute()
     for tid, row, score in zip(task_ids, replies[::2], replies[1::2]):
-        status, dispatch_id, type_name, priority = (text(v) for v in row)
+        status, dispatch_id, type_name = (text(v) for v in row)
         if compare and score is None:
             continue  # left the dispatch set since the due read: claimed, or dispatched by another sweeper
         if status not in (State.PENDING.value, State.QUEUED.value):
@@ -220,9 +220,7 @@ def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, co
                 )
                 report.refreshed += 1
             else:
-                if engine.dispatch_known(
-                    tid, engine.registry.get(type_name), int(priority or 0), seen_score=score if compare else None
-                ):
+                if engine.dispatch_known(tid, engine.registry.get(type_name), seen_score=score if compare else None):
                     report.dispatched += 1
         except UnknownTaskType:
             _warn_unknown(type_name, tid)  # it waits, PENDING, for a sweeper that knows its type

@@ -4,7 +4,7 @@ RQ itself assumes one Redis: its unique enqueue is one script over the job's has
 list (``EVALSHA - all keys must map to the same key slot`` when they hash apart), and a worker
 takes jobs with one BLPOP over all its lists. Here, on a Cluster:
 
-- names carry the queue's hash tag (engine/core/keys.py): RQ queue ``gl.{images}@+5``, job id
+- names carry the queue's hash tag (engine/core/keys.py): RQ queue ``gl.{images}``, job id
   ``images-<dispatch id>`` whose hash is ``rq:job:{images}-<dispatch id>`` (``ClusterJob``). So
   a queue's RQ lists, its registries (``rq:wip:gl.{images}``, ...) and its jobs' hashes and
   dependents share its slot with the queue's own keys, and queues spread across shards;

@@ -1,4 +1,7 @@
-"""The RQ executor: each dispatch is one RQ job whose only argument is the task id.
+"""The RQ executor: each dispatch is one RQ job whose only argument is the task id, in the
+queue's one RQ queue (``gl.images``). The job's claim may take the head of the queue's ready line
+instead, a task of a higher priority (lua/claim.lua): RQ's order is the dispatch order, the tasks'
+is the engine's. The task passed over gets a job at the front of the RQ queue.
 
 Jobs use RQ's JSON serializer (never pickle), a job id unique per dispatch,
 ``unique=True``, no RQ retries (the engine owns retries) and short result TTLs.
@@ -17,7 +20,6 @@ from rq.serializers import JSONSerializer
 
 from ghostless.core import keys as keys_mod
 from ghostless.core.dispatch import register
-from ghostless.core.priority import LEVELS
 from ghostless.core.text import text
 
 from .rq_cluster import ClusterJob, ClusterQueue, ListedWorker, is_cluster, rq_cluster_connection
@@ -30,12 +32,7 @@ RESULT_TTL = 60  # RQ's own records matter for minutes at most; the task hash is
 FAILURE_TTL = 3600
 
 
-rq_queue_name = keys_mod.rq_queue_name  # (namespace, queue, priority=0, tagged=False)
-
-
-def rq_queue_names(namespace: str, queue: str, tagged: bool = False) -> list[str]:
-    """Every priority's RQ list of a queue, highest first: the order a worker pops them in."""
-    return [rq_queue_name(namespace, queue, p, tagged) for p in LEVELS]
+rq_queue_name = keys_mod.rq_queue_name  # (namespace, queue, tagged=False)
 
 
 class RQDispatcher:
@@ -50,9 +47,9 @@ class RQDispatcher:
         self.queue_class = ClusterQueue if self.cluster else Queue
         self.job_class = ClusterJob if self.cluster else Job
 
-    def rq_queue(self, queue: str, priority: int = 0) -> Queue:
+    def rq_queue(self, queue: str) -> Queue:
         return self.queue_class(
-            rq_queue_name(self.namespace, queue, priority, self.cluster),
+            rq_queue_name(self.namespace, queue, self.cluster),
             connection=self.rq_redis,
             serializer=JSONSerializer,
             job_class=self.job_class,
@@ -66,11 +63,9 @@ class RQDispatcher:
             raise ValueError("on a Redis Cluster, an RQ job is found by its queue and dispatch id")
         return keys_mod.rq_job_id(queue, dispatch_id)
 
-    def enqueue(
-        self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float, at_front: bool = False
-    ) -> None:
+    def enqueue(self, task_id: str, queue: str, dispatch_id: str, timeout: float, at_front: bool = False) -> None:
         try:
-            self.rq_queue(queue, priority).enqueue_call(
+            self.rq_queue(queue).enqueue_call(
                 JOB_FUNC,
                 args=[task_id],
                 job_id=self.job_id(queue, dispatch_id),
@@ -79,7 +74,7 @@ class RQDispatcher:
                 at_front=at_front,
                 result_ttl=RESULT_TTL,
                 failure_ttl=FAILURE_TTL,
-                description=f"ghostless task {task_id}",
+                description=f"ghostless task {task_id} (or its queue's next by priority)",
             )
         except DuplicateJobError:
             pass  # a resent enqueue of the same dispatch: the job is there
@@ -109,6 +104,8 @@ class RQDispatcher:
         except NoSuchJobError:
             return False
         if status == JobStatus.QUEUED:
+            if keys_mod.rq_legacy_queue(job.origin):  # a per-priority list of before: served no more
+                return False
             return self.redis.lpos(Queue(job.origin, connection=self.redis).key, job.id) is not None
         return status in (JobStatus.SCHEDULED, JobStatus.DEFERRED)
 
@@ -140,7 +137,7 @@ class RQDispatcher:
         return out
 
     def _queue_of(self, rq_queue: str) -> str:
-        """``images@+5`` for the RQ queue ``gl.images@+5`` (or ``gl.{images}@+5``, on a Cluster)."""
+        """``images`` for the RQ queue ``gl.images`` (or ``gl.{images}``, on a Cluster)."""
         prefix = self.namespace + "."
         if not rq_queue.startswith(prefix):
             return rq_queue

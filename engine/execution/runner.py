@@ -63,7 +63,8 @@ def _verify(tt, result, ctx) -> None:
 
 
 def run_task(task_id: str) -> None:
-    """RQ job entry point. Ends quietly when the claim is refused (duplicate delivery,
+    """RQ job entry point: the job was made for ``task_id``, and its claim runs the queue's next
+    task, which may be another. Ends quietly when the claim is refused (duplicate delivery,
     cancelled, already done): dispatch is at-least-once, the claim exactly-once per attempt.
     Raises AttemptFailed once a failed attempt is recorded, so that RQ shows the job failed."""
     engine = runtime.engine()
@@ -81,15 +82,17 @@ def run_task(task_id: str) -> None:
         return
     except UpstreamBusy as e:  # its breaker is open, or its rate limit has no start left now
         try:
-            state = engine.park(task_id, e.wait, e.upstream, e.kind)
-            log.info("task %s: %s; parked (%s)", task_id, e, state, extra=for_task(task_id))
+            state = engine.park(e.task_id, e.wait, e.upstream, e.kind)
+            log.info("task %s: %s; parked (%s)", e.task_id, e, state, extra=for_task(e.task_id))
         except (IllegalTransition, TaskNotFound) as refused:
-            log.info("task %s changed while parking: %s", task_id, refused, extra=for_task(task_id))
+            log.info("task %s changed while parking: %s", e.task_id, refused, extra=for_task(e.task_id))
         return
-    log.info("task %s attempt %d started (%s)", task_id, lease.attempt, lease.type, extra=_fields(lease))
+    # The job's claim took this task, or the head of its queue's line (lua/claim.lua).
+    runtime.note_claimed(lease.task_id)
+    log.info("task %s attempt %d started (%s)", lease.task_id, lease.attempt, lease.type, extra=_fields(lease))
     failed = execute(engine, lease, in_horse=bool(worker is not None and getattr(worker, "is_horse", False)))
     if failed:
-        raise AttemptFailed(f"task {task_id} attempt {lease.attempt} failed: {failed}")
+        raise AttemptFailed(f"task {lease.task_id} attempt {lease.attempt} failed: {failed}")
 
 
 def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> str | None:

@@ -38,7 +38,7 @@ from ghostless.execution import (
 
 from .outage import RidesOutRedis
 from .rq_cluster import ClusterConnection, ClusterJob, ClusterQueue, is_cluster, rq_cluster_connection
-from .rq_dispatch import rq_queue_names
+from .rq_dispatch import rq_queue_name
 
 log = logging.getLogger("ghostless.worker")
 WORKER_CLASSES = ("fork", "simple")
@@ -65,6 +65,7 @@ class _EngineHooks(ClusterConnection, RidesOutRedis):
         self.claim_id = uuid.uuid4().hex
         self._task_id = job.args[0] if job.args else None
         self._dispatch_id = rq_dispatch_id(job.id)
+        runtime.new_job()
         try:
             super().execute_job(job, queue)
         except REDIS_FAULTS as e:  # RQ's bookkeeping around the job: the attempt reports on its own
@@ -96,11 +97,12 @@ class _EngineHooks(ClusterConnection, RidesOutRedis):
             self.ip_address = str(mine[0]) if mine else "unknown"
 
     def _report_lost(self, why: str, release: bool) -> None:
-        """Report the attempt our horse held (if it still holds it) on its behalf."""
+        """Report the attempt our horse held (if it still holds it) on its behalf: of the task its job
+        names, or of the one its claim took instead (runtime.claimed: the head of the line)."""
         if not self._task_id or not self.claim_id:
             return
         try:
-            lease = self.engine.lease_for_claim(self._task_id, self.claim_id)
+            lease = self.engine.lease_for_claim(runtime.claimed() or self._task_id, self.claim_id)
             if lease is None:
                 # The horse reported itself, or the lease was taken away, or the horse died
                 # before its claim: then the task is still QUEUED under this job, which is gone.
@@ -112,10 +114,10 @@ class _EngineHooks(ClusterConnection, RidesOutRedis):
                 self.engine.fail(lease, "worker_lost", why, retryable=True, retry_in=0)
             log.warning(
                 "task %s: %s (%s)",
-                self._task_id,
+                lease.task_id,
                 "released" if release else "reported lost",
                 why,
-                extra=for_task(self._task_id, lease.attempt),
+                extra=for_task(lease.task_id, lease.attempt),
             )
         except (GhostlessError, OSError, redis.RedisError) as e:
             log.warning("could not report task %s after %s: %s", self._task_id, why, e, extra=for_task(self._task_id))
@@ -264,11 +266,11 @@ def build_worker(
     cls = GhostlessWorker if worker_class == "fork" else GhostlessSimpleWorker
     ride_out_redis_restarts(engine.redis)
     resolve_driver_info_once(engine.redis)
-    # Highest priority first across all the worker's queues: BLPOP takes the first non-empty list
-    # (on a Cluster, ClusterQueue.lpop keeps that order across slots).
+    # One RQ queue per queue, in the order given, as RQ takes them: BLPOP takes the first non-empty
+    # list (on a Cluster, ClusterQueue.lpop keeps that order across slots). Each job's claim takes
+    # its queue's next task in priority order (lua/claim.lua).
     cluster = is_cluster(engine.redis)
-    by_queue = [rq_queue_names(engine.keys.ns, q, tagged=cluster) for q in names]
-    lists = [level[i] for i in range(len(by_queue[0])) for level in by_queue] + legacy
+    lists = [rq_queue_name(engine.keys.ns, q, tagged=cluster) for q in names] + legacy
     if cluster:
         kwargs = {"queue_class": ClusterQueue, "job_class": ClusterJob, **kwargs}
     worker = cls(

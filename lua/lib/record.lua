@@ -64,8 +64,8 @@ local function place(K, t, from, to, score, now, passing)
   if to == 'PENDING' and t.waiting_on == '1' then new = 'waiting' end
   -- The line workers take QUEUED tasks in: priority first (higher first), then dispatch order,
   -- except that a task returning from a lost attempt (t.front) goes to the head of its priority.
-  if from == 'QUEUED' then redis.call('ZREM', K.ready, id) end
-  if to == 'QUEUED' then
+  if from == 'QUEUED' and not t.keep_place then redis.call('ZREM', K.ready, id) end
+  if to == 'QUEUED' and not t.keep_place then
     local seq = PRIORITY_SPAN / 2 + redis.call('HINCRBY', K.counts, 'dispatch_seq', 1)
     if t.front then seq = PRIORITY_SPAN / 2 - redis.call('HINCRBY', K.counts, 'front_seq', 1) end
     redis.call('ZADD', K.ready, -tonumber(t.priority or 0) * PRIORITY_SPAN + seq, id)
@@ -193,6 +193,8 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   end
   if from == 'PROCESSING' and to ~= 'PROCESSING' then drop(ATTEMPT_FIELDS) end  -- the attempt's deadlines end with it
   if FINAL[to] then drop(ATTEMPT_SETTINGS) end
+  -- Passed over by a claim (lua/claim.lua): so until it leaves QUEUED or is dispatched again.
+  if from == 'QUEUED' and t.passed and fields.passed == nil then fields.passed = '' end
   fields.status = to
   fields.state_since = now
   -- Implied, so not stored (engine/core/models.py Task.from_redis): updated_at is state_since until

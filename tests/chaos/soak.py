@@ -413,7 +413,7 @@ class Soak:
         from ghostless.execution.rq_cluster import ClusterJob, ClusterQueue, RQClusterConnection, is_cluster
 
         cluster = is_cluster(client)
-        # the RQ lists a ghostless worker pops, in its order (one per priority level)
+        # the RQ lists a ghostless worker pops, in its order (one per queue)
         names = [n for q in self.queues for n in rq_names(self.ns, q, cluster)]
         if cluster:  # as a cluster worker pops: LPOP of the first non-empty list
             popped = ClusterQueue.lpop([f"rq:queue:{n}" for n in names], None, connection=RQClusterConnection(client))
@@ -717,10 +717,10 @@ def check_run(engine: Engine, ids: list[str], log_path: str, report: Report, que
 
 
 def rq_names(ns: str, queue: str, cluster: bool) -> list[str]:
-    """The RQ queues of a ghostless queue, one per priority level (tagged on a cluster)."""
+    """The RQ queue of a ghostless queue, as a list (tagged on a cluster)."""
     from ghostless.execution import rq_dispatch
 
-    return rq_dispatch.rq_queue_names(ns, queue, tagged=cluster)
+    return [rq_dispatch.rq_queue_name(ns, queue, tagged=cluster)]
 
 
 def _why_stuck(engine: Engine, tid: str, h: dict) -> str:

@@ -37,3 +37,19 @@ def redis_client(request):
     client.flushall()
     yield client
     client.close()
+
+
+@pytest.fixture
+def executor():
+    """An in-memory executor (tests.support.fakes.FakeDispatcher)."""
+    from tests.support.fakes import FakeDispatcher
+
+    return FakeDispatcher()
+
+
+@pytest.fixture
+def dispatching(engine, executor):
+    """The test engine with ``executor`` attached."""
+    from tests.support.snapshots import sibling
+
+    return sibling(engine, dispatcher=executor)

@@ -6,19 +6,7 @@ The executor is tests.support.fakes.FakeDispatcher (in memory).
 import pytest
 
 from ghostless import Code, IllegalTransition, State, TaskNotFound
-from tests.support.fakes import FakeDispatcher
-from tests.support.snapshots import raw_task, sibling, snapshot
-
-
-@pytest.fixture
-def executor():
-    return FakeDispatcher()
-
-
-@pytest.fixture
-def dispatching(engine, executor):
-    """The test engine with an executor attached."""
-    return sibling(engine, dispatcher=executor)
+from tests.support.snapshots import raw_task, snapshot
 
 
 def test_submitted_task_is_handed_to_the_executor_and_becomes_queued(dispatching, executor):
@@ -33,11 +21,6 @@ def test_submitted_task_is_handed_to_the_executor_and_becomes_queued(dispatching
     event = dispatching.history(task.id)[-1]
     assert (event.verb, event.from_, event.to, event.reason) == ("dispatch", "PENDING", "QUEUED", "")
     assert dispatching.check() == []
-
-
-def test_the_executor_receives_the_priority_the_task_was_submitted_with(dispatching, executor):
-    task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice", priority=5)
-    assert executor.priorities[executor.dispatches(task.id)[0]] == 5
 
 
 def test_dispatching_a_queued_task_again_replaces_its_dispatch_id(dispatching, executor):

@@ -77,6 +77,8 @@ from ghostless import (
 from ghostless.core.errors import AttemptEnded
 from ghostless.core.keys import BODY_HISTORY, new_task_id
 from ghostless.core.models import history_entry
+from ghostless.core.priority import SPAN
+from ghostless.core.text import text
 from tests.support.fakes import FakeDispatcher
 from tests.support.wait import server_ms, wait_for_server_time
 
@@ -150,6 +152,15 @@ def min_backoff_ms(type_: str, attempt: int) -> int:
         b.schedule[min(attempt, len(b.schedule)) - 1] if b.schedule else min(b.cap, b.base * b.factor ** (attempt - 1))
     )
     return int(ms(delay) * (1 - b.jitter))
+
+
+def _ahead(score: float, of: float) -> bool:
+    """lua/claim.lua ahead(): a ready-line score of a higher priority band, or of the same band and
+    returning from a lost attempt (sequence below half the band) when ``of`` is not."""
+    band, band_of = score // SPAN, of // SPAN
+    if band != band_of:
+        return band < band_of
+    return score - band * SPAN < SPAN / 2 <= of - band_of * SPAN
 
 
 @dataclass
@@ -560,7 +571,9 @@ class TaskMachine(RuleBasedStateMachine):
         m = self.model.get(task_id)
         claim_id = claim_id or uuid.uuid4().hex
         call = lambda: self.engine.claim(task_id, worker, dispatch_id=dispatch_id, claim_id=claim_id)  # noqa: E731
-        if m is None:
+        if m is not None and dispatch_id and m.status == Q and m.dispatch_id == dispatch_id:
+            self._deliver(m, call, claim_id, worker)  # its current job: the claim may take the head instead
+        elif m is None:
             self._refused(task_id, TaskNotFound, call)
         elif m.status not in (P, Q):
             assert self._refused(task_id, IllegalTransition, call).state == m.status.value
@@ -574,6 +587,40 @@ class TaskMachine(RuleBasedStateMachine):
             self._limited_claim(m, call, claim_id, worker)
         else:
             self._claimed(m, call(), claim_id, worker)
+
+    def _deliver(self, m: Model, call, claim_id: str, worker: str) -> None:
+        """A delivery of the task's current job: the claim takes the head of the queue's ready line
+        when the head is ahead (a higher priority, or returning from a lost attempt) and it can
+        start it here, else the task; a task passed over is dispatched again at once."""
+        if m.expires_at is not None and m.expires_at <= server_ms(self.redis):
+            return self._expired_at_claim(m, call)  # its own expiry first
+        ready = self.engine.keys.task(m.id).ready
+        first = self.redis.zrange(ready, 0, 0, withscores=True)
+        head = self.model[text(first[0][0])] if first and text(first[0][0]) != m.id else None
+        assert head is None or head.status == Q, f"{head.id}: in the ready line while {head.status}"
+        ahead = head is not None and _ahead(first[0][1], self.redis.zscore(ready, m.id))
+        before, t0 = self._snapshot(m.id), server_ms(self.redis)
+        busy = lease = None
+        try:
+            lease = call()
+        except TaskExpired:  # its expiry came as the claim ran
+            return self._lapsed(m, "claim")
+        except RateLimited as e:
+            busy = e
+        took = self.model[busy.task_id if busy is not None else lease.task_id]
+        assert took is m or (took is head and ahead), f"took {took.id}: neither {m.id} nor the head ahead of it"
+        if ahead and head.expires_at is None and (head.type != "limited" or m.type == "limited"):
+            assert took is head, f"{m.id}'s job passed over {head.id}, ahead of it in line"
+        if took is head:
+            self._dispatched(m)  # passed over: a job again (at the front), its place in line kept
+        if busy is not None:
+            if took is m:
+                assert self._snapshot(m.id) == before, "a refused claim changed the task"
+            return self._parked(took, busy, t0)
+        if took.type == "limited":
+            self._started(took, lease, claim_id, worker, t0)
+        else:
+            self._claimed(took, lease, claim_id, worker)
 
     def _claim_before_expiry(self, m: Model, call, dispatch_id: str, claim_id: str, worker: str) -> None:
         """A claim as the expiry comes: if it finds the task expired it cancels it, else as usual."""
@@ -606,26 +653,30 @@ class TaskMachine(RuleBasedStateMachine):
         """A claim of the rate-limited type: it starts, or (nothing changed) the worker parks it.
         Refused only when the window was full or another task was in line; allowed otherwise."""
         before, t0 = self._snapshot(m.id), server_ms(self.redis)
-        busy = lease = None
         try:
             lease = call()
-        except RateLimited as e:
-            busy = e
-        t1 = server_ms(self.redis)
-        if busy is not None:
+        except RateLimited as busy:
             assert self._snapshot(m.id) == before, "a refused claim changed the task"
-            in_window = sum(1 for s in self.starts if s > t0 - ms(LIMIT.period))
-            assert in_window >= LIMIT.limit or self.line - {m.id}, f"refused with {in_window} starts, none in line"
-            assert (busy.upstream, busy.kind) == ("lim", "rate_limited") and busy.wait > 0
-            assert self.engine.park(m.id, busy.wait, busy.upstream, busy.kind) == W
-            got = self.engine.get(m.id)
-            assert (got.attempt, got.reason) == (m.attempt, "rate_limited: lim")  # the park consumed no attempt
-            assert ms(got.next_retry_at) >= t1 - 50 or self.line
-            self._move(m, W)
-            m.dispatch_id = ""
-            self.line.add(m.id)
-            return
-        assert lease is not None
+            return self._parked(m, busy, t0)
+        self._started(m, lease, claim_id, worker, t0)
+
+    def _parked(self, m: Model, busy: RateLimited, t0: int) -> None:
+        """The limit refused the claim of ``m`` (from ``t0``): the worker parks it."""
+        t1 = server_ms(self.redis)
+        in_window = sum(1 for s in self.starts if s > t0 - ms(LIMIT.period))
+        assert in_window >= LIMIT.limit or self.line - {m.id}, f"refused with {in_window} starts, none in line"
+        assert (busy.upstream, busy.kind) == ("lim", "rate_limited") and busy.wait > 0
+        assert self.engine.park(m.id, busy.wait, busy.upstream, busy.kind) == W
+        got = self.engine.get(m.id)
+        assert (got.attempt, got.reason) == (m.attempt, "rate_limited: lim")  # the park consumed no attempt
+        assert ms(got.next_retry_at) >= t1 - 50 or self.line
+        self._move(m, W)
+        m.dispatch_id = ""
+        self.line.add(m.id)
+
+    def _started(self, m: Model, lease: Lease, claim_id: str, worker: str, t0: int) -> None:
+        """The limit let a claim of ``m`` (from ``t0``) start an attempt."""
+        t1 = server_ms(self.redis)
         self._claimed(m, lease, claim_id, worker)
         start = ms(self.engine.get(m.id).started_at)
         assert t0 <= start <= t1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 
 class FakeDispatcher:
     """Records every job it is handed; a test can lose one to play a crashed executor."""
@@ -11,17 +13,21 @@ class FakeDispatcher:
     def __init__(self):
         self.jobs: dict[str, str] = {}  # live jobs: dispatch id -> task id
         self.enqueued: list[tuple[str, str, str]] = []  # every enqueue: (task id, queue, dispatch id)
-        self.priorities: dict[str, int] = {}  # dispatch id -> priority it was enqueued with
-        self.at_front: set[str] = set()  # dispatch ids enqueued at the head of their line
+        self.line: deque[tuple[str, str]] = deque()  # (task id, dispatch id) in the order RQ hands them out
+        self.at_front: set[str] = set()  # dispatch ids enqueued at the front of the line
 
-    def enqueue(
-        self, task_id: str, queue: str, dispatch_id: str, priority: int, timeout: float, at_front: bool = False
-    ) -> None:
-        if at_front:
-            self.at_front.add(dispatch_id)
+    def enqueue(self, task_id: str, queue: str, dispatch_id: str, timeout: float, at_front: bool = False) -> None:
         self.jobs[dispatch_id] = task_id
         self.enqueued.append((task_id, queue, dispatch_id))
-        self.priorities[dispatch_id] = priority
+        if at_front:
+            self.at_front.add(dispatch_id)
+            self.line.appendleft((task_id, dispatch_id))
+        else:
+            self.line.append((task_id, dispatch_id))
+
+    def next_job(self) -> tuple[str, str]:
+        """The job a worker would take next, as RQ hands them out: (task id, dispatch id)."""
+        return self.line.popleft()
 
     def job_exists(self, dispatch_id: str, queue: str | None = None) -> bool:
         return dispatch_id in self.jobs
