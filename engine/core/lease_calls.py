@@ -25,6 +25,7 @@ from .errors import (
     RateLimited,
     RedisFull,
     TaskNotFound,
+    WrongDispatch,
 )
 from .keys import TASK_OWN_KEYS, parse_task_id
 from .models import Lease
@@ -109,6 +110,8 @@ class LeaseCalls:
             if reply[0] != Code.MOVED:
                 break
             head = text(reply[1])
+        else:  # the head changed under every try: nothing changed; a later delivery takes the task
+            raise WrongDispatch(task_id, dispatch_id)
         if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED):
             assert tt is not None  # a breaker or a limit answers only where tt named its keys
             if len(reply) > 3:

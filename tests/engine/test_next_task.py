@@ -4,7 +4,7 @@ task passed over keeps its place in line and gets a job again at once, at the fr
 
 import pytest
 
-from ghostless import Breaker, BreakerOpen, Config, IllegalTransition, State
+from ghostless import Breaker, BreakerOpen, Code, Config, IllegalTransition, State, WrongDispatch
 from tests.support.snapshots import raw_task, sibling
 from tests.support.wait import server_ms, wait_for_server_time
 
@@ -128,3 +128,12 @@ def test_a_head_of_a_type_with_other_limits_is_not_taken_without_its_settings(en
     painted = guarded.submit("paint", {}, owner="alice", priority=3).id
     assert guarded.claim(rendered, "w1", dispatch_id=executor.dispatches(rendered)[0]).task_id == rendered
     assert guarded.claim(painted, "w1", dispatch_id=executor.dispatches(painted)[0]).task_id == painted
+
+
+def test_a_claim_whose_head_changes_under_every_try_is_refused_and_changes_nothing(dispatching, executor):
+    first = dispatching.submit("render", {}, owner="alice").id
+    before = raw_task(dispatching, first)
+    dispatching.scripts.claim = lambda *a, **kw: [Code.MOVED, first]  # a queue whose head keeps moving
+    with pytest.raises(WrongDispatch):
+        dispatching.claim(first, "w1", dispatch_id=executor.dispatches(first)[0])
+    assert raw_task(dispatching, first) == before
