@@ -3,31 +3,34 @@
 -- claim lost in a failover cannot share a lease with the next claim that counts to its token.
 -- A job's delivery (ARGV[7]) takes the queue's next task: the head of its ready line, when it is of a
 -- higher priority than the task the job was made for or returns from a lost attempt (within a
--- priority, jobs keep dispatch order as RQ's do), and this worker runs its type with the settings
--- given. The task passed over keeps its place in line but no longer has a job: the engine dispatches
--- it again at once, at the front of RQ's queue (lua/dispatch.lua 'passed'); until then its re-dispatch
--- deadline is the dispatch grace, so the sweeper does it if the worker dies first. One RQ queue per
--- queue, priorities strict (engine/core/priority.py). Every key is passed: MOVED names the head whose
--- keys the claim needs, and the engine claims again with them.
+-- priority, jobs keep dispatch order as RQ's do), this worker runs its type with the settings given,
+-- and its timeout fits the job's (ARGV[15]). The task passed over keeps its place in line but no
+-- longer has a job: the engine dispatches it again at once, at the front of RQ's queue
+-- (lua/dispatch.lua keeps a passed task's place); until then its re-dispatch deadline is the dispatch
+-- grace, so the sweeper does it if the worker dies first. One RQ queue per queue, priorities strict
+-- (engine/core/priority.py). Every key is passed: MOVED names the head whose keys the claim needs,
+-- and the engine claims again with them and its type's settings.
 -- From: PENDING, QUEUED
 -- To: PROCESSING
 -- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
 -- ARGV[1..4]: engine config; ARGV[5]: worker name; ARGV[6]: claim id (unique per call);
 --   ARGV[7]: dispatch id the job was made for ('' = a direct claim of this task, no other);
 --   ARGV[8]: task types this worker runs, as ',a,b,' ('' = any);
---   ARGV[9]: the breaker settings of type ARGV[11], the task's own (lib/breaker: breaker_cfg; '' = none);
+--   ARGV[9]: the breaker settings of type ARGV[11] (lib/breaker: breaker_cfg; '' = none);
 --   ARGV[10]: its upstream's rate limit (lib/limit: limit_cfg; '' or absent = none);
 --   KEYS[T+1]: the breaker's hash (with ARGV[9]); then, with ARGV[10], the limit's start log
 --   and its parked set (lib/limit);
 --   ARGV[11]: the type ARGV[9..10] are for ('' = none); ARGV[12]: the types of ARGV[8] that have
 --   neither a breaker nor a rate limit, as ',a,b,' ('' = all of them);
 --   ARGV[13]: the head of the ready line whose own keys (keys.py TASK_OWN_KEYS) follow ('' = none);
---   ARGV[14]: '1' to take no head (a last try)
+--   ARGV[14]: '1' for a last try: no MOVED to a head other than ARGV[13];
+--   ARGV[15]: the longest attempt timeout (ms) the job allows ('' = that of the job's own task)
 -- Passed over: the task's `passed` is '<claim id> <head id>' until it is dispatched again or leaves QUEUED
 -- Instead: lapse when the task's expiry (submit's expires_in) has passed: CANCELLED, reason expired
 -- Returns: {OK, token, attempt, args JSON, type, lease ms, max attempts, checkpoints (flat), task id,
 --   task passed over or nil} | {MOVED, head id}: nothing changed; claim again with the head's keys |
---   {REPLAYED, ...the same} for a resent claim |
+--   {MOVED, '', type}: nothing changed; claim the job's own task with the settings of its type |
+--   {REPLAYED, ...as OK} for a resent claim |
 --   {NOT_FOUND} | {ILLEGAL_TRANSITION, state} |
 --   {NOT_DUE, why} while it waits on its parents or its submit's delay has not passed |
 --   {WRONG_DISPATCH, state} for a delivery of a dispatch that is no longer current |
@@ -60,8 +63,9 @@ if t.passed and dispatch_id ~= '' and t.dispatch_id == dispatch_id then  -- a re
     local KH = keys_at(#KEYS - OWN_KEYS)
     local h = load_task(KH.task)
     if h and h.status == 'PROCESSING' and h.claim_id == claim_id then
+      local own = t.id  -- still passed over: not dispatched again yet (the reply was lost)
       K, t = KH, h
-      return lease_reply(C.REPLAYED)
+      return lease_reply(C.REPLAYED, own)
     end
   end
 end
@@ -83,24 +87,33 @@ local function ahead(score, of)
   if band ~= band_of then return band < band_of end
   return score - band * PRIORITY_SPAN < PRIORITY_SPAN / 2 and of - band_of * PRIORITY_SPAN >= PRIORITY_SPAN / 2
 end
+local room = tonumber(ARGV[15] or '') or t.timeout_ms
+local function fits(h)  -- a head this job may start: a job's timeout is RQ's limit on its attempt
+  return h and h.status == 'QUEUED' and runs(h.type) and settings_given(h.type) and not lapsed(h, now)
+    and h.timeout_ms <= room
+end
 local passed
-if dispatch_id ~= '' and t.status == 'QUEUED' and not last_try and not t.passed then
+if dispatch_id ~= '' and t.status == 'QUEUED' and not t.passed then
   local first = redis.call('ZRANGE', K.ready, 0, 0, 'WITHSCORES')
   local score = tonumber(redis.call('ZSCORE', K.ready, t.id) or '')
   if first[1] and first[1] ~= t.id and score and ahead(tonumber(first[2]), score) then
-    if first[1] ~= head_id then return {C.MOVED, first[1]} end
-    local KH = keys_at(#KEYS - OWN_KEYS)
-    local h = load_task(KH.task)
-    if h and h.status == 'QUEUED' and runs(h.type) and settings_given(h.type) and not lapsed(h, now) then
-      -- Passed over: it keeps its place and its (spent) dispatch until the engine dispatches it again.
-      save_task(K.task, t, {passed = claim_id .. ' ' .. h.id})
-      redis.call('ZADD', K.dispatch, now + CFG.dispatch_grace_ms, t.id)
-      passed = t.id
-      K, t = KH, h
+    if first[1] ~= head_id then
+      if not last_try then return {C.MOVED, first[1]} end  -- (a last try starts its own task)
+    else
+      local KH = keys_at(#KEYS - OWN_KEYS)
+      local h = load_task(KH.task)
+      if fits(h) then
+        -- Passed over: it keeps its place and its (spent) dispatch until the engine dispatches it again.
+        save_task(K.task, t, {passed = claim_id .. ' ' .. h.id})
+        redis.call('ZADD', K.dispatch, now + CFG.dispatch_grace_ms, t.id)
+        passed = t.id
+        K, t = KH, h
+      end
     end
   end
 end
 if not runs(t.type) then return {C.UNKNOWN_TYPE, t.type} end
+if not settings_given(t.type) then return {C.MOVED, '', t.type} end  -- the settings given were the head's
 
 local cfg, limit
 if t.type == cfg_type then cfg, limit = breaker_cfg(ARGV[9]), limit_cfg(ARGV[10]) end

@@ -8,10 +8,13 @@
 --   ARGV[7]: the task's score in the dispatch set as the sweeper read it ('' = no check): the
 --   dispatch is a compare-and-set on it, so of several sweepers that saw the task due, one dispatches;
 --   ARGV[8]: 'rearm' to only move the job check of the current dispatch ARGV[5] (its job is lost:
---   engine.job_lost), never to dispatch; 'passed' to dispatch a task a claim passed over, whose
---   spent dispatch is ARGV[9], keeping its place in the ready line
--- Returns: {OK, version} (a task that returns from an attempt that was taken from it, a reclaimed
---   lease, a lost worker or a release, goes to the head of its priority in the ready line) |
+--   engine.job_lost), never to dispatch; 'passed' to dispatch a task a claim passed over only if
+--   its spent dispatch is ARGV[9] (the claim's engine). Any dispatch of a task passed over (its
+--   `passed` is set until then: lua/claim.lua) keeps its place in the ready line, even while the
+--   queue drains (it had a job), and its job goes to the front of the executor's queue
+-- Returns: {OK, version, '1' when the task kept its place (its job goes to the front) or ''} (a task
+--   that returns from an attempt that was taken from it, a reclaimed lease, a lost worker or a
+--   release, goes to the head of its priority in the ready line) |
 --   {REPLAYED, version} when this dispatch id is already current (its
 --   job still exists: the sweeper's next check moves to ARGV[6] from now) |
 --   {NOT_DUE} while the queue is draining, or the task waits on its parents or on its submit's
@@ -27,9 +30,10 @@ if t.dispatch_id == ARGV[5] then
 end
 if ARGV[8] == 'rearm' then return {C.NOT_DUE} end
 -- A task a claim passed over (lua/claim.lua) gets a job again for the dispatch the claim spent,
--- keeping its place in line; even while the queue drains (it had a job).
-local passed = ARGV[8] == 'passed'
-if passed and not (t.status == 'QUEUED' and t.passed and t.dispatch_id == ARGV[9]) then return {C.NOT_DUE} end
+-- keeping its place in line; even while the queue drains (it had a job). The claim's engine does it
+-- at once; the sweeper (or a worker whose horse died) if that failed.
+local passed = t.status == 'QUEUED' and t.passed ~= nil
+if ARGV[8] == 'passed' and not (passed and t.dispatch_id == ARGV[9]) then return {C.NOT_DUE} end
 if not LEGAL.dispatch[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 local seen = tonumber(ARGV[7] or '')
 if seen then
@@ -51,4 +55,4 @@ change(K, t, 'dispatch', 'QUEUED', now, now + tonumber(ARGV[6]),
   {dispatch_id = ARGV[5], dispatched_at = now, queued_at = t.status == 'PENDING' and now or t.queued_at,
    returning = ''},
   {reason = reason})
-return {C.OK, t.version}
+return {C.OK, t.version, passed and '1' or ''}

@@ -42,7 +42,7 @@ from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts
 from .server import check_server
 from .steps import Blocking, Command, Events, ReadTasks, sync_call
-from .text import text_or_none
+from .text import text, text_or_none
 from .users import Users
 from .validate import json_text as _json_text, text as _text
 
@@ -200,13 +200,18 @@ class Engine(LeaseCalls, Management, Reads):
         ``passed`` (the dispatch a claim spent taking the head instead of this task): only if it is
         still so, keeping its place in line, its job at the front of the executor's queue. A failed
         enqueue is reported (``job_lost``) and raised (RedisFull when Redis refused the write)."""
+        return self._dispatch_in(task_id, tt.queue, seen_score, passed)
+
+    def _dispatch_in(self, task_id: str, queue: str, seen_score: float | None = None, passed: str = "") -> str | None:
+        """``dispatch_known`` by the task's queue. The job's timeout is the longest of the queue's
+        types (Registry.queue_timeout): its claim may start another task of the queue (lua/claim.lua)."""
         dispatch_id = uuid.uuid4().hex
         # Recorded first: a worker that takes the job at once must find its dispatch id current
         # (enqueue-then-record let an idle worker's claim arrive first and be refused). The script
         # also answers the draining switch, so checking it costs no round trip.
         reply = self.scripts.dispatch(
             self.keys.task(task_id),
-            self.keys.queue_key(tt.queue, "control"),
+            self.keys.queue_key(queue, "control"),
             task_id,
             dispatch_id,
             ms(self.config.requeue_after),
@@ -217,7 +222,8 @@ class Engine(LeaseCalls, Management, Reads):
             return None
         try:
             with refusing_full(f"enqueue of task {task_id}"):
-                self.dispatcher.enqueue(task_id, tt.queue, dispatch_id, tt.timeout, at_front=bool(passed))
+                timeout = self.registry.queue_timeout(queue)
+                self.dispatcher.enqueue(task_id, queue, dispatch_id, timeout, at_front=_kept_place(reply))
         except Exception:
             self.job_lost(task_id, dispatch_id)
             raise
@@ -286,3 +292,8 @@ class Engine(LeaseCalls, Management, Reads):
 
     def _json(self, what: str, value, limit: int | None = None) -> str:
         return _json_text(what, value, limit or self.config.max_args_bytes)
+
+
+def _kept_place(reply: list) -> bool:
+    """Whether a dispatch kept the task's place in line (lua/dispatch.lua: a task passed over)."""
+    return len(reply) > 2 and text(reply[2]) == "1"

@@ -62,18 +62,29 @@ class LeaseCalls:
         def _keys(self, task_id: str) -> TaskKeys: ...
         def _json(self, what: str, value: Any, limit: int | None = None) -> str: ...
         def dispatch(self, task_id: str) -> str | None: ...
-        def dispatch_known(
-            self, task_id: str, tt: Any, seen_score: float | None = None, passed: str = ""
+        def _dispatch_in(
+            self, task_id: str, queue: str, seen_score: float | None = None, passed: str = ""
         ) -> str | None: ...
 
-    def claim(self, task_id: str, worker: str, dispatch_id: str = "", claim_id: str | None = None) -> Lease:
+    def claim(
+        self,
+        task_id: str,
+        worker: str,
+        dispatch_id: str = "",
+        claim_id: str | None = None,
+        room: float | None = None,
+        redispatch: bool = True,
+    ) -> Lease:
         """Take the lease of a task for a new attempt (a new, higher fencing token).
 
         With ``dispatch_id`` (an executor job's delivery: the job was made for ``task_id``), the
         claim takes the head of its queue's ready line instead when the head is of a higher
-        priority or returns from a lost attempt, and this engine runs its type; ``Lease.task_id``
+        priority or returns from a lost attempt, this engine runs its type, and its timeout is at
+        most ``room`` (the job's own limit; default: the timeout of ``task_id``). ``Lease.task_id``
         says which (lua/claim.lua). ``task_id`` is then dispatched again at once, at the front of
-        the executor's queue, keeping its place in line. Without it, the claim takes ``task_id``.
+        the executor's queue, keeping its place in line (``Lease.passed_over``; with
+        ``redispatch=False`` the caller does it: ``dispatch_passed``). Without ``dispatch_id``, the
+        claim takes ``task_id``.
 
         Args:
             dispatch_id: the executor job's id; a delivery of an older dispatch is refused.
@@ -100,28 +111,35 @@ class LeaseCalls:
             if found is None:
                 raise TaskNotFound(task_id)
             type_name = text_or_none(found)
-        head = ""
-        for tries_left in range(CLAIM_TRIES - 1, -1, -1):
-            # The head of the line comes first: claim again with its keys (MOVED names it); a last
-            # try takes no head (it changed under every try: a busy queue's claims raced this one).
+        head, last = "", False
+        for call in range(CLAIM_TRIES + 1):
+            # The head of the line comes first: claim again with its keys and its type's settings
+            # (MOVED names it). A last try moves to no other head (the head changed under every
+            # try: a busy queue's claims raced this one); it may still ask for the settings of the
+            # job's own task when it could not take the head it was given: one more call.
+            last = last or call >= CLAIM_TRIES - 1
             reply, tt = self._claim_as(
-                keys, task_id, worker, claim_id, dispatch_id, types, free, type_name, head, not tries_left
+                keys, task_id, worker, claim_id, dispatch_id, types, free, type_name, head, last, room
             )
             if reply[0] != Code.MOVED:
                 break
             head = text(reply[1])
-        else:  # the head changed under every try: nothing changed; a later delivery takes the task
+            if not head:  # the job's own task, with its type's settings
+                type_name, last = text(reply[2]), True
+            elif free != types:
+                head_type = text_or_none(self.redis.hget(self.keys.task(head).task, "type"))
+                type_name = head_type if head_type in self.registry else type_name
+        else:  # never: a last try answers MOVED only once, for the job's own task
+            self.job_lost(task_id, dispatch_id)
             raise WrongDispatch(task_id, dispatch_id)
         if reply[0] in (Code.BREAKER_OPEN, Code.RATE_LIMITED):
             assert tt is not None  # a breaker or a limit answers only where tt named its keys
             if len(reply) > 3:
-                self._dispatch_passed(text(reply[3]), dispatch_id)
+                self.dispatch_passed(text(reply[3]), dispatch_id)
             busy = BreakerOpen if reply[0] == Code.BREAKER_OPEN else RateLimited
             raise busy(text(reply[2]), tt.breaker_name, int(reply[1]) / 1000)
-        if len(reply) > 9:
-            self._dispatch_passed(text(reply[9]), dispatch_id)
         flat = reply[7]
-        return Lease(
+        lease = Lease(
             task_id=text(reply[8]),
             token=int(reply[1]),
             attempt=int(reply[2]),
@@ -132,15 +150,22 @@ class LeaseCalls:
             max_attempts=int(reply[6]),
             claim_id=claim_id,
             checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)},
+            passed_over=text(reply[9]) if len(reply) > 9 else None,
         )
+        if lease.passed_over and redispatch:
+            self.dispatch_passed(lease.passed_over, dispatch_id)
+        return lease
 
-    def _dispatch_passed(self, task_id: str, spent: str) -> None:
-        """Give the task a claim passed over (taking the head of the line with the job made for it)
-        a job again, at the front of the executor's queue: it is next. Never raises: if this fails,
-        the sweeper dispatches it within ``Config.dispatch_grace`` (the claim set that deadline)."""
+    def dispatch_passed(self, task_id: str, spent: str) -> None:
+        """Give the task a claim passed over (``Lease.passed_over``: the claim took the head of the
+        line with the job ``spent`` made for it) a job again, at the front of the executor's queue:
+        it is next. Never raises: if this fails, the sweeper dispatches it within
+        ``Config.dispatch_grace`` (the claim set that deadline), keeping its place too."""
         try:
-            type_name = text_or_none(self.redis.hget(self._keys(task_id).task, "type"))
-            self.dispatch_known(task_id, self.registry.get(type_name), passed=spent)
+            queue = parse_task_id(task_id)
+            if queue is None:
+                raise TaskNotFound(task_id)
+            self._dispatch_in(task_id, queue, passed=spent)  # its type need not be one this engine runs
         except (GhostlessError, redis.RedisError) as e:
             log.warning("task %s: passed over, not dispatched again yet (the sweeper will): %s", task_id, e)
 
@@ -152,7 +177,7 @@ class LeaseCalls:
         free = [t.name for t in self.registry if not (t.breaker or t.rate)]
         return "," + ",".join(names) + ",", "," + ",".join(free) + ("," if free else "")
 
-    def _claim_as(self, keys, task_id, worker, claim_id, dispatch_id, types, free, type_name, head, last_try):
+    def _claim_as(self, keys, task_id, worker, claim_id, dispatch_id, types, free, type_name, head, last_try, room):
         """One claim call, with the breaker and rate limit settings of ``type_name`` (if any) and the
         keys of the ``head`` of the ready line (if a MOVED reply named one)."""
         tt = self.registry.get(type_name) if type_name in self.registry else None  # not run here: no settings
@@ -178,6 +203,7 @@ class LeaseCalls:
                 head=head,
                 head_keys=[getattr(self.keys.task(head), f) for f in TASK_OWN_KEYS] if head else (),
                 last_try=last_try,
+                room_ms=ms(room) if room is not None else None,
             )
         except (RedisFull, redis.ConnectionError, redis.TimeoutError):
             if dispatch_id:  # the executor handed this job over: it will not be delivered again
@@ -232,7 +258,9 @@ class LeaseCalls:
     def lease_for_claim(self, task_id: str, claim_id: str) -> Lease | None:
         """The lease a claim took, while the task is still PROCESSING under it (else None).
 
-        Lets a worker's parent process report on behalf of a work-horse that died.
+        Lets a worker's parent process report on behalf of a work-horse that died. A task that claim
+        passed over leads to the head of the line it took (lua/claim.lua: ``passed``), until the
+        task is dispatched again.
         """
         row = self.redis.hmget(
             self._keys(task_id).task,
@@ -244,8 +272,12 @@ class LeaseCalls:
             "worker",
             "lease_ms",
             "max_attempts",
+            "passed",
         )
-        status, cid, token, attempt, type_name, worker, lease_ms, max_attempts = (text(v) for v in row)
+        status, cid, token, attempt, type_name, worker, lease_ms, max_attempts, passed = (text(v) for v in row)
+        by, _, head = passed.partition(" ")
+        if status == State.QUEUED.value and by == claim_id and head and head != task_id:
+            return self.lease_for_claim(head, claim_id)
         if status != State.PROCESSING.value or cid != claim_id:
             return None
         return Lease(

@@ -156,6 +156,8 @@ class Lease:
     claim_id: str = ""
     #: checkpoints saved by earlier attempts, as the claim found them (name -> JSON value)
     checkpoints: dict = field(default_factory=dict, compare=False)
+    #: the task the claim passed over to take this one, the head of the queue's line (lua/claim.lua)
+    passed_over: str | None = field(default=None, compare=False)
 
 
 #: The short names a history entry's fields are stored under (lua/lib/record.lua ``emit``; the Lua

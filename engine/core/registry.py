@@ -14,6 +14,8 @@ from .errors import BadArgs, UnknownTaskType
 from .keys import valid_queue
 from .rates import Rate, check_shared
 
+DEFAULT_TIMEOUT = 600.0  # an attempt's timeout, seconds
+
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _STAGE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 INTERNAL_PREFIX = "ghostless."  # the engine's own types (engine/core/notify.py): never submittable by users
@@ -99,7 +101,7 @@ class TaskType:
     name: str
     fn: Callable
     queue: str = "default"
-    timeout: float = 600.0  # whole attempt
+    timeout: float = DEFAULT_TIMEOUT  # whole attempt
     lease: float = 15.0  # heartbeat lease; the worker renews it at a third of this
     max_attempts: int = 3
     backoff: Backoff = field(default_factory=Backoff)
@@ -208,3 +210,8 @@ class Registry:
 
     def queues(self) -> list[str]:
         return sorted({t.queue for t in self._types.values()})
+
+    def queue_timeout(self, queue: str) -> float:
+        """The longest attempt timeout of the queue's types: its executor jobs' limit, since a job's
+        claim may start any task of the queue (lua/claim.lua; TaskType's default with none)."""
+        return max((t.timeout for t in self._types.values() if t.queue == queue), default=DEFAULT_TIMEOUT)

@@ -157,14 +157,15 @@ class Scripts(_Runner):
         head: str = "",
         head_keys: Sequence[str] = (),
         last_try: bool = False,
+        room_ms: int | None = None,
     ) -> list:
         """``limit_keys``: the rate limit's start log and parked set, with ``limit_spec``; both and the
         breaker's are the settings of type ``settings_for``; ``free``: the types of ``types`` that need
-        none; ``head``: the head of the ready line, with its own keys (keys.py TASK_OWN_KEYS), which
-        a MOVED reply named (lua/claim.lua). Raises TaskExpired when the claim found the task expired
-        (and cancelled it)."""
+        none; ``head``: the head of the ready line, with its own keys (keys.py TASK_OWN_KEYS), which a
+        MOVED reply named (lua/claim.lua); ``room_ms``: the job's longest attempt. Raises TaskExpired
+        when the claim found the task expired (and cancelled it)."""
         argv = [worker, claim_id, dispatch_id, types, breaker_spec, limit_spec]
-        argv += [settings_for, free, head, "1" if last_try else ""]
+        argv += [settings_for, free, head, "1" if last_try else "", "" if room_ms is None else str(room_ms)]
         reply = self._call("claim", [*keys, *([breaker_key] if breaker_key else []), *limit_keys, *head_keys], argv)
         if reply[0] == Code.WRONG_DISPATCH:
             raise WrongDispatch(task_id, dispatch_id)

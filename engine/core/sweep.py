@@ -199,17 +199,19 @@ def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, co
     pipe = engine.redis.pipeline(transaction=False)
     dispatch_set = engine.keys.queue_key(queue, "dispatch")
     for tid in task_ids:
-        pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type")
+        pipe.hmget(engine.keys.task(tid).task, "status", "dispatch_id", "type", "passed")
         pipe.zscore(dispatch_set, tid)
     replies = pipe.execute()
     for tid, row, score in zip(task_ids, replies[::2], replies[1::2]):
-        status, dispatch_id, type_name = (text(v) for v in row)
+        status, dispatch_id, type_name, passed = (text(v) for v in row)
         if compare and score is None:
             continue  # left the dispatch set since the due read: claimed, or dispatched by another sweeper
         if status not in (State.PENDING.value, State.QUEUED.value):
             continue
         try:
-            if status == State.QUEUED.value and dispatch_id and engine.dispatcher.job_exists(dispatch_id, queue):
+            # A task a claim passed over has no job: the one it was made for runs the head of the line.
+            waiting = status == State.QUEUED.value and dispatch_id and not passed
+            if waiting and engine.dispatcher.job_exists(dispatch_id, queue):
                 # The job is still waiting: look again after requeue_after.
                 engine.scripts.dispatch(
                     engine.keys.task(tid),

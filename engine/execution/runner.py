@@ -36,6 +36,7 @@ from ghostless.execution import runtime
 
 from .context import AttemptReleased, AttemptStopped, TaskContext
 from .heartbeat import Heartbeat
+from .rq_dispatch import GRACE
 
 log = logging.getLogger("ghostless.runner")
 MAX_REASON = 500
@@ -73,7 +74,9 @@ def run_task(task_id: str) -> None:
     name = getattr(worker, "name", None) or f"pid-{os.getpid()}"
     claim_id = getattr(worker, "claim_id", None)
     try:
-        lease = engine.claim(task_id, name, dispatch_id=rq_dispatch_id(job.id) if job else "", claim_id=claim_id)
+        dispatch_id = rq_dispatch_id(job.id) if job else ""
+        room = job.timeout - GRACE if job is not None and job.timeout and job.timeout > GRACE else None
+        lease = engine.claim(task_id, name, dispatch_id=dispatch_id, claim_id=claim_id, room=room, redispatch=False)
     except UnknownTaskType as e:
         log.error("refused task %s: type %r is not registered in this worker", task_id, e.name, extra=for_task(task_id))
         return
@@ -89,6 +92,8 @@ def run_task(task_id: str) -> None:
         return
     # The job's claim took this task, or the head of its queue's line (lua/claim.lua).
     runtime.note_claimed(lease.task_id)
+    if lease.passed_over:  # after the note: a parent whose horse dies now reports the task it took
+        engine.dispatch_passed(lease.passed_over, dispatch_id)
     log.info("task %s attempt %d started (%s)", lease.task_id, lease.attempt, lease.type, extra=_fields(lease))
     failed = execute(engine, lease, in_horse=bool(worker is not None and getattr(worker, "is_horse", False)))
     if failed:

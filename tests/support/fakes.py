@@ -15,10 +15,12 @@ class FakeDispatcher:
         self.enqueued: list[tuple[str, str, str]] = []  # every enqueue: (task id, queue, dispatch id)
         self.line: deque[tuple[str, str]] = deque()  # (task id, dispatch id) in the order RQ hands them out
         self.at_front: set[str] = set()  # dispatch ids enqueued at the front of the line
+        self.timeouts: dict[str, float] = {}  # dispatch id -> the job's timeout
 
     def enqueue(self, task_id: str, queue: str, dispatch_id: str, timeout: float, at_front: bool = False) -> None:
         self.jobs[dispatch_id] = task_id
         self.enqueued.append((task_id, queue, dispatch_id))
+        self.timeouts[dispatch_id] = timeout
         if at_front:
             self.at_front.add(dispatch_id)
             self.line.appendleft((task_id, dispatch_id))

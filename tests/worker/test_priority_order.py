@@ -3,6 +3,7 @@
 import pytest
 
 from ghostless import Engine
+from ghostless.core.keys import rq_queue_name
 from ghostless.execution.worker import build_worker
 
 
@@ -43,3 +44,21 @@ def test_a_reclaimed_task_is_the_next_job_of_its_priority_not_the_last(redis_ser
     assert engine.get(lost.id).position == 1  # behind high-1 only
     assert build_worker(engine, worker_class="simple").work(burst=True, logging_level="WARNING")
     assert started == ["high-1", "lost", "mid-1", "mid-2", "mid-3", "low-1"]
+
+
+@pytest.mark.slow
+def test_a_job_may_start_a_head_of_a_longer_timeout_type_and_rq_gives_it_that_time(redis_server):
+    engine, started = line(redis_server)
+
+    @engine.task(queue="line", lease=30, timeout=3600)
+    def film(ctx, name):
+        started.append(name)
+
+    quick = engine.submit("job", {"name": "quick"}, owner="alice")
+    engine.submit("film", {"name": "film"}, owner="alice", priority=3)
+    [job_id] = engine.redis.lrange("rq:queue:" + rq_queue_name("prio", "line"), 0, 0)
+    # The job made for the 600 s task may run the 3,600 s one: RQ must not kill it at 630 s.
+    assert int(engine.redis.hget(b"rq:job:" + job_id, "timeout")) == 3600 + 30
+    assert build_worker(engine, worker_class="simple").work(burst=True, logging_level="WARNING")
+    assert started == ["film", "quick"]
+    assert engine.get(quick.id).status.value == "SUCCESS"
