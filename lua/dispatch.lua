@@ -12,9 +12,10 @@
 --   its spent dispatch is ARGV[9] (the claim's engine). Any dispatch of a task passed over (its
 --   `passed` is set until then: lua/claim.lua) keeps its place in the ready line, even while the
 --   queue drains (it had a job), and its job goes to the front of the executor's queue
--- Returns: {OK, version, '1' when the task kept its place (its job goes to the front) or ''} (a task
---   that returns from an attempt that was taken from it, a reclaimed lease, a lost worker or a
---   release, goes to the head of its priority in the ready line) |
+-- Returns: {OK, version, '1' when the task kept its place (its job goes to the front) or '', its
+--   timeout ms (its job must allow at least that)} (a task that returns from an attempt that was
+--   taken from it, a reclaimed lease, a lost worker or a release, goes to the head of its priority
+--   in the ready line) |
 --   {REPLAYED, version} when this dispatch id is already current (its
 --   job still exists: the sweeper's next check moves to ARGV[6] from now) |
 --   {NOT_DUE} while the queue is draining, or the task waits on its parents or on its submit's
@@ -55,4 +56,4 @@ change(K, t, 'dispatch', 'QUEUED', now, now + tonumber(ARGV[6]),
   {dispatch_id = ARGV[5], dispatched_at = now, queued_at = t.status == 'PENDING' and now or t.queued_at,
    returning = ''},
   {reason = reason})
-return {C.OK, t.version, passed and '1' or ''}
+return {C.OK, t.version, passed and '1' or '', t.timeout_ms}

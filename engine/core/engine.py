@@ -24,6 +24,7 @@ from ghostless.core import (
     waiting,
 )
 
+from .claim_calls import ClaimCalls
 from .cluster import is_cluster
 from .config import Config, ms
 from .connect import connect
@@ -50,7 +51,7 @@ from .validate import json_text as _json_text, text as _text
 EXTENSIONS: dict = {}
 
 
-class Engine(LeaseCalls, Management, Reads):
+class Engine(ClaimCalls, LeaseCalls, Management, Reads):
     """A ghostless engine bound to one Redis and one namespace.
 
     Args:
@@ -222,7 +223,8 @@ class Engine(LeaseCalls, Management, Reads):
             return None
         try:
             with refusing_full(f"enqueue of task {task_id}"):
-                timeout = self.registry.queue_timeout(queue)
+                # Its own, which a process that does not run its type (passing it over) may not know.
+                timeout = max(self.registry.queue_timeout(queue), _own_timeout(reply))
                 self.dispatcher.enqueue(task_id, queue, dispatch_id, timeout, at_front=_kept_place(reply))
         except Exception:
             self.job_lost(task_id, dispatch_id)
@@ -297,3 +299,8 @@ class Engine(LeaseCalls, Management, Reads):
 def _kept_place(reply: list) -> bool:
     """Whether a dispatch kept the task's place in line (lua/dispatch.lua: a task passed over)."""
     return len(reply) > 2 and text(reply[2]) == "1"
+
+
+def _own_timeout(reply: list) -> float:
+    """The dispatched task's own attempt timeout, seconds (lua/dispatch.lua's reply)."""
+    return int(text(reply[3])) / 1000 if len(reply) > 3 and reply[3] else 0.0

@@ -1,6 +1,6 @@
 """The owners' and admins' verbs on tasks that exist: cancel, edit, retry, and the operations
 reclaim, retry_failed, drain. Each change is one script call, owner-checked inside it (mixed into
-the Engine like engine/core/lease_calls.py).
+the Engine like engine/core/claim_calls.py and lease_calls.py).
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import task_calls
+from .engine_parts import EngineParts
 from .errors import Code, IllegalTransition, TaskNotFound, refusing_full
 from .models import Task
 from .states import State
@@ -15,29 +16,17 @@ from .steps import sync_call
 from .validate import text as _text
 
 if TYPE_CHECKING:
-    from .dispatch import Dispatcher
-    from .keys import Keys, TaskKeys
-    from .registry import Registry
-    from .scripts import Scripts
+    pass
 
 
-class Management:
+class Management(EngineParts):
     """Mixed into Engine; uses its redis, keys, registry, scripts, dispatcher and its helpers
     (``_keys``, ``_require``, ``dispatch``, ``get``, ``queues``, ``list_tasks``). Its cancel, edit
     and retry are written in engine/core/task_calls.py."""
 
-    # What Engine sets in __init__ and defines, declared here for the type checker.
-    redis: Any
-    keys: Keys
-    registry: Registry
-    scripts: Scripts
-    dispatcher: Dispatcher
-
     if TYPE_CHECKING:
 
-        def _keys(self, task_id: str) -> TaskKeys: ...
         def _require(self, task_id: str) -> Task: ...
-        def dispatch(self, task_id: str) -> str | None: ...
         def get(self, task_id: str, owner: str | None = None) -> Task | None: ...
         def queues(self) -> list[str]: ...
         def list_tasks(self, *args: Any, **kwargs: Any) -> tuple[list[Task], str | None]: ...

@@ -1,5 +1,5 @@
 """The engine's reads of tasks: one or many, an owner's list, history, checkpoints, notifications
-(mixed into the Engine like engine/core/lease_calls.py). Nothing here changes a task."""
+(mixed into the Engine like engine/core/claim_calls.py and lease_calls.py). Nothing here changes a task."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ On a Redis Cluster, RQ's names carry the queue's hash tag (engine/execution/rq_c
 from __future__ import annotations
 
 import logging
+import math
 
 import redis as redis_lib
 from rq import Queue
@@ -70,7 +71,7 @@ class RQDispatcher:
                 args=[task_id],
                 job_id=self.job_id(queue, dispatch_id),
                 unique=True,
-                timeout=int(timeout + GRACE),
+                timeout=math.ceil(timeout + GRACE),  # never below the longest attempt (claim.lua's room)
                 at_front=at_front,
                 result_ttl=RESULT_TTL,
                 failure_ttl=FAILURE_TTL,

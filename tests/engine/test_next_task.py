@@ -204,3 +204,23 @@ def test_a_claim_whose_head_changes_under_every_try_is_refused_and_changes_nothi
     with pytest.raises(WrongDispatch):
         dispatching.claim(first, "w1", dispatch_id=executor.dispatches(first)[0])
     assert raw_task(dispatching, first) == before
+
+
+def test_the_job_of_a_task_passed_over_by_a_worker_not_running_its_type_allows_its_own_timeout(engine, executor):
+    full, only_render = render_only(engine, executor)
+    full.task(name="film", queue="images", lease=30, timeout=3600)(lambda ctx: None)
+    film = full.submit("film", {}, owner="alice").id
+    urgent = full.submit("render", {}, owner="alice", priority=3).id
+    assert run_next(only_render, executor).task_id == urgent
+    again = executor.dispatches(film)[-1]  # made by a process that does not know film's timeout
+    assert executor.timeouts[again] == 3600 and executor.line[0] == (film, again)
+
+
+def test_a_claim_on_an_engine_without_executor_still_returns_the_head_it_took(engine, executor):
+    web = sibling(engine, dispatcher=executor)
+    worker = sibling(engine, dispatcher=None)
+    low = web.submit("render", {}, owner="alice").id
+    high = web.submit("render", {}, owner="alice", priority=5).id
+    lease = worker.claim(low, "w1", dispatch_id=executor.dispatches(low)[0])
+    assert (lease.task_id, lease.passed_over) == (high, low)  # the sweeper gives low its job again
+    assert web.get(low).position == 0 and web.check() == []

@@ -67,7 +67,7 @@ def test_nothing_outside_scripts_py_calls_lua_raw():
 
 def test_the_scan_sees_the_package():
     names = {path.name for path, _ in _package_sources()}
-    assert {"engine.py", "sweep.py", "lease_calls.py", "dependencies.py", "queries.py"} <= names
+    assert {"engine.py", "sweep.py", "claim_calls.py", "lease_calls.py", "dependencies.py", "queries.py"} <= names
 
 
 def _submit_argv_locals() -> dict[int, str]:

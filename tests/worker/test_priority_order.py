@@ -1,9 +1,12 @@
 """On real RQ lists a saturated worker starts higher priorities first, FIFO within one."""
 
 import pytest
+from rq.job import Job
 
 from ghostless import Engine
 from ghostless.core.keys import rq_queue_name
+from ghostless.core.text import text
+from ghostless.execution.rq_dispatch import GRACE
 from ghostless.execution.worker import build_worker
 
 
@@ -62,3 +65,13 @@ def test_a_job_may_start_a_head_of_a_longer_timeout_type_and_rq_gives_it_that_ti
     assert build_worker(engine, worker_class="simple").work(burst=True, logging_level="WARNING")
     assert started == ["film", "quick"]
     assert engine.get(quick.id).status.value == "SUCCESS"
+
+
+def test_a_head_whose_timeout_has_a_fraction_of_a_second_fits_the_jobs_of_its_queue(redis_server):
+    engine, _ = line(redis_server)
+    engine.task(name="film", queue="line", lease=30, timeout=900.5)(lambda ctx, name: None)
+    low = engine.submit("job", {"name": "low"}, owner="alice").id
+    high = engine.submit("film", {"name": "high"}, owner="alice", priority=5).id
+    job = Job.fetch(text(engine.redis.hget(engine.keys.task(low).task, "dispatch_id")), connection=engine.redis)
+    assert job.timeout == 931  # rounded up: RQ's limit covers the 900.5 s attempt
+    assert engine.claim(low, "w1", dispatch_id=job.id, room=job.timeout - GRACE).task_id == high
