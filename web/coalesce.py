@@ -23,6 +23,8 @@ from redis.exceptions import NoScriptError
 from ghostless.core.replies import parse
 from ghostless.core.scripts import Scripts
 
+IDLE = 5.0  # seconds without a read after which the sender ends
+
 
 class _Call:
     __slots__ = ("abandoned", "command", "done", "outcome", "script")
@@ -45,8 +47,8 @@ class Coalescer:
     ``redis.TimeoutError``); an error of the pipeline (Redis unreachable, the pool busy) is raised
     to every caller in it, a command's own error to its caller."""
 
-    def __init__(self, client, timeout: float, limit: int):
-        self.client, self.timeout, self.limit = client, timeout, max(1, int(limit))
+    def __init__(self, client, timeout: float, limit: int, idle: float = IDLE):
+        self.client, self.timeout, self.limit, self.idle = client, timeout, max(1, int(limit)), idle
         self._queue: deque[_Call] = deque()
         self._wake = threading.Condition(threading.Lock())
         self._sender: threading.Thread | None = None
@@ -88,8 +90,10 @@ class Coalescer:
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._queue:
-                    self._wake.wait()
+                if not self._queue and not self._wake.wait_for(lambda: self._queue, self.idle):
+                    if self._sender is threading.current_thread():
+                        self._sender = None  # idle: it ends (and lets an unused coalescer go); a read starts another
+                    return
                 batch = [self._queue.popleft() for _ in range(min(self.limit, len(self._queue)))]
                 batch = [call for call in batch if not call.abandoned]  # after a stall: no stale load
             if not batch:

@@ -246,3 +246,14 @@ def test_a_child_forked_while_a_thread_holds_the_coalescers_lock_still_reads(red
     finally:
         os.waitpid(pid, 0)
         client.close()
+
+
+def test_an_idle_sender_ends_and_the_next_read_starts_another(engine):
+    coalescer = Coalescer(engine.redis, timeout=10.0, limit=10, idle=0.1)
+    engine.redis.set("t:a-string", "x")
+    assert coalescer.execute("GET", "t:a-string") == b"x"
+    first = coalescer._sender
+    assert first is not None
+    wait_until(lambda: not first.is_alive(), 5.0, what="the idle sender to end")  # no thread left per coalescer
+    assert coalescer.execute("GET", "t:a-string") == b"x"
+    assert coalescer._sender is not first and coalescer._sender.is_alive()
