@@ -28,7 +28,7 @@
 -- Passed over: the task's `passed` is '<claim id> <head id>' until it is dispatched again or leaves QUEUED
 -- Instead: lapse when the task's expiry (submit's expires_in) has passed: CANCELLED, reason expired
 -- Returns: {OK, token, attempt, args JSON, type, lease ms, max attempts, checkpoints (flat), task id,
---   task passed over or nil} | {MOVED, head id}: nothing changed; claim again with the head's keys |
+--   task passed over or '', its traceparent or ''} | {MOVED, head id}: nothing changed; claim again with the head's keys |
 --   {MOVED, '', type}: nothing changed; claim the job's own task with the settings of its type |
 --   {REPLAYED, ...as OK} for a resent claim |
 --   {NOT_FOUND} | {ILLEGAL_TRANSITION, state} |
@@ -53,7 +53,7 @@ local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
 local function lease_reply(code, passed)
   return {code, t.token, t.attempt, body_args(K), t.type, t.lease_ms, t.max_attempts,
-    redis.call('HGETALL', K.checkpoints), t.id, passed}
+    redis.call('HGETALL', K.checkpoints), t.id, passed or '', t.traceparent or ''}
 end
 if t.status == 'PROCESSING' and t.claim_id == claim_id then return lease_reply(C.REPLAYED) end
 if t.passed and dispatch_id ~= '' and t.dispatch_id == dispatch_id then  -- a resent claim that took the head?

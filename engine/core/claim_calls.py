@@ -117,7 +117,8 @@ class ClaimCalls(EngineParts):
             max_attempts=int(reply[6]),
             claim_id=claim_id,
             checkpoints={flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)},
-            passed_over=text(reply[9]) if len(reply) > 9 else None,
+            passed_over=text(reply[9]) or None,
+            traceparent=text(reply[10]),
         )
         if lease.passed_over and redispatch:
             self.dispatch_passed(lease.passed_over, dispatch_id)

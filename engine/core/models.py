@@ -158,6 +158,8 @@ class Lease:
     checkpoints: dict = field(default_factory=dict, compare=False)
     #: the task the claim passed over to take this one, the head of the queue's line (lua/claim.lua)
     passed_over: str | None = field(default=None, compare=False)
+    #: the traceparent its submit stored, as the claim found it ('' none; None: not read)
+    traceparent: str | None = field(default=None, compare=False)
 
 
 #: The short names a history entry's fields are stored under (lua/lib/record.lua ``emit``; the Lua

@@ -97,7 +97,9 @@ def attempt_span(engine, lease, flush: bool = False):
         return
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    parent = text_or_none(engine.redis.hget(engine.keys.task(lease.task_id).task, "traceparent"))
+    parent = lease.traceparent  # the claim brought it; a lease found otherwise reads it
+    if parent is None:
+        parent = text_or_none(engine.redis.hget(engine.keys.task(lease.task_id).task, "traceparent"))
     context = TraceContextTextMapPropagator().extract({"traceparent": parent}) if parent else None
     attributes = {
         "ghostless.task_id": lease.task_id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ghostless import Backoff
+from ghostless.core.tracing import attempt_span
 from ghostless.execution.runner import execute
 from tests.support.snapshots import raw_task
 from tests.support.wait import wait_for_server_time
@@ -107,3 +108,19 @@ def test_an_async_submit_runs_in_a_span_whose_traceparent_the_task_carries(engin
     assert submit.attributes["ghostless.task_id"] == task.id
     ctx = submit.get_span_context()
     assert raw_task(engine, task.id)["traceparent"].split("-")[1:3] == [f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"]
+
+
+def test_the_claim_brings_the_traceparent_so_an_attempt_span_costs_no_round_trip(engine, spans):
+    with trace.get_tracer("app").start_as_current_span("POST /images"):
+        task = engine.submit("render", {"prompt": "cat"}, owner="alice")
+    lease = engine.claim(task.id, "w1")
+    assert lease.traceparent == raw_task(engine, task.id)["traceparent"]
+    sent = []
+    real = engine.redis.hget
+    engine.redis.hget = lambda *a, **kw: sent.append(a) or real(*a, **kw)
+    with attempt_span(engine, lease):
+        pass
+    engine.redis.hget = real
+    [submit] = named(spans, "ghostless.submit")
+    [attempt] = named(spans, "ghostless.attempt")
+    assert attempt.parent.span_id == submit.context.span_id and sent == []
