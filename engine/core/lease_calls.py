@@ -29,9 +29,6 @@ from .states import State
 from .text import text_or_none
 from .validate import duration_ms as _duration_ms, text as _text
 
-if TYPE_CHECKING:
-    pass
-
 log = logging.getLogger("ghostless")
 MAX_UNREPORTED = 10_000  # lost-job reports a process keeps while Redis refuses them
 

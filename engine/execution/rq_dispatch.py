@@ -36,6 +36,17 @@ FAILURE_TTL = 3600
 rq_queue_name = keys_mod.rq_queue_name  # (namespace, queue, tagged=False)
 
 
+def job_timeout(attempt_timeout: float) -> int:
+    """The RQ timeout of a job whose claim may start an attempt of ``attempt_timeout`` seconds
+    (rounded up: never below it, lua/claim.lua's room)."""
+    return math.ceil(attempt_timeout + GRACE)
+
+
+def attempt_room(job) -> float | None:
+    """The longest attempt the RQ ``job`` allows (``job_timeout`` undone; None: no job, or no limit)."""
+    return job.timeout - GRACE if job is not None and job.timeout and job.timeout > GRACE else None
+
+
 class RQDispatcher:
     active = True
 
@@ -71,7 +82,7 @@ class RQDispatcher:
                 args=[task_id],
                 job_id=self.job_id(queue, dispatch_id),
                 unique=True,
-                timeout=math.ceil(timeout + GRACE),  # never below the longest attempt (claim.lua's room)
+                timeout=job_timeout(timeout),
                 at_front=at_front,
                 result_ttl=RESULT_TTL,
                 failure_ttl=FAILURE_TTL,

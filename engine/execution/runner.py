@@ -36,7 +36,7 @@ from ghostless.execution import runtime
 
 from .context import AttemptReleased, AttemptStopped, TaskContext
 from .heartbeat import Heartbeat
-from .rq_dispatch import GRACE
+from .rq_dispatch import attempt_room
 
 log = logging.getLogger("ghostless.runner")
 MAX_REASON = 500
@@ -75,7 +75,7 @@ def run_task(task_id: str) -> None:
     claim_id = getattr(worker, "claim_id", None)
     try:
         dispatch_id = rq_dispatch_id(job.id) if job else ""
-        room = job.timeout - GRACE if job is not None and job.timeout and job.timeout > GRACE else None
+        room = attempt_room(job)
         lease = engine.claim(task_id, name, dispatch_id=dispatch_id, claim_id=claim_id, room=room, redispatch=False)
     except UnknownTaskType as e:
         log.error("refused task %s: type %r is not registered in this worker", task_id, e.name, extra=for_task(task_id))

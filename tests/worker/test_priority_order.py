@@ -6,7 +6,7 @@ from rq.job import Job
 from ghostless import Engine
 from ghostless.core.keys import rq_queue_name
 from ghostless.core.text import text
-from ghostless.execution.rq_dispatch import GRACE
+from ghostless.execution.rq_dispatch import attempt_room
 from ghostless.execution.worker import build_worker
 
 
@@ -74,4 +74,4 @@ def test_a_head_whose_timeout_has_a_fraction_of_a_second_fits_the_jobs_of_its_qu
     high = engine.submit("film", {"name": "high"}, owner="alice", priority=5).id
     job = Job.fetch(text(engine.redis.hget(engine.keys.task(low).task, "dispatch_id")), connection=engine.redis)
     assert job.timeout == 931  # rounded up: RQ's limit covers the 900.5 s attempt
-    assert engine.claim(low, "w1", dispatch_id=job.id, room=job.timeout - GRACE).task_id == high
+    assert engine.claim(low, "w1", dispatch_id=job.id, room=attempt_room(job)).task_id == high
