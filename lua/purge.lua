@@ -38,6 +38,8 @@ for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do
   end
 end
 
+-- Out of its state's count: the field named after the state is the part of the count that no move
+-- counter holds (engine/core/stats.py state_counts).
 redis.call('HINCRBY', K.counts, t.status, -1)
 if entry then redis.call('LREM', K.ended, 1, entry) end
 redis.call('ZREM', K.expiry, t.id)

@@ -63,7 +63,7 @@ COUNTERS = (
 
 
 def time_totals(engine, queues: list[str]) -> dict[str, dict[str, int]]:
-    """Per queue, the raw ``tis_*``/``stage_*`` totals (ms) and counts of its stats hash (the
+    """Per queue, the raw ``tis_ms:*``/``stage_*`` totals (ms) and counts of its stats hash (the
     fields engine/core/stats.py turns into means), and its ``wait_*``/``run_*`` histograms."""
     pipe = engine.redis.pipeline(transaction=False)
     for q in queues:
@@ -111,12 +111,14 @@ class EngineCollector:
                 failures.add_metric([q, kind], n)
             for name, family in counters.items():
                 family.add_metric([q], st[name])
-            for prefix, family in (("tis", in_state), ("stage", in_stage)):
-                raw = totals[q]
-                for key in sorted(raw):
-                    if key.startswith(f"{prefix}_n:"):
-                        name = key.split(":", 1)[1]
-                        family.add_metric([q, name], raw[key], raw.get(f"{prefix}_ms:{name}", 0) / 1000)
+            raw = totals[q]
+            for state, n in sorted(st["left"].items()):  # the moves out of a state (stats.state_counts)
+                if n:
+                    in_state.add_metric([q, state], n, raw.get(f"tis_ms:{state}", 0) / 1000)
+            for key in sorted(raw):
+                if key.startswith("stage_n:"):
+                    name = key.split(":", 1)[1]
+                    in_stage.add_metric([q, name], raw[key], raw.get(f"stage_ms:{name}", 0) / 1000)
         breakers = GaugeMetricFamily(
             "ghostless_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open", labels=["queue", "upstream"]
         )

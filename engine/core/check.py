@@ -7,6 +7,7 @@ used on a hot path.
 from __future__ import annotations
 
 from .states import DEADLINE_SET, TERMINAL, State
+from .stats import state_counts
 from .text import text, text_or_none
 
 SETS = ("dispatch", "leases", "retries", "expiry", "waiting")
@@ -125,7 +126,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 f"queue {queue}: owner {field[2:]!r} is counted with {held.get(field, 0)} {what} "
                 f"but a scan finds {unfinished.get(field, 0)}"
             )
-    counts = {text(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "counts")).items()}
+    counts = state_counts({text(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "counts")).items()})["counts"]
     for state, n in scanned.items():
         if counts.get(state, 0) != n:
             problems.append(f"queue {queue}: counter {state}={counts.get(state, 0)} but a scan finds {n}")

@@ -14,8 +14,36 @@ def _d(h: dict) -> dict[str, int]:
     return {text(k): int(v) for k, v in h.items()}
 
 
+def state_counts(counts: dict[str, int], raw: dict[str, int] | None = None) -> dict[str, dict[str, int]]:
+    """Per state: the tasks in it ("counts"), that entered it ("entered") and that left it ("left"),
+    from a queue's counts hash (and its stats hash ``raw``, for the counters of before).
+
+    The transition scripts count each move once, as ``<from>><to>`` (``>PENDING`` for a submit;
+    lua/lib/record.lua change), so a move is one HINCRBY. A field named after a state holds what
+    no move counts: what a purge took out of it (negative), and the count of a queue from before the
+    move counters; ``entered:<STATE>`` and ``tis_n:<STATE>`` of the stats hash are those of before.
+    """
+    raw = raw or {}
+    out = {
+        "counts": {s.value: counts.get(s.value, 0) for s in State},
+        "entered": {s.value: raw.get(f"entered:{s.value}", 0) for s in State},
+        "left": {s.value: raw.get(f"tis_n:{s.value}", 0) for s in State},
+    }
+    for field, n in counts.items():
+        source, sep, target = field.partition(">")
+        if not sep:
+            continue
+        if target in out["counts"]:
+            out["counts"][target] += n
+            out["entered"][target] += n
+        if source in out["counts"]:
+            out["counts"][source] -= n
+            out["left"][source] += n
+    return out
+
+
 def stats(engine) -> dict:
-    """Per queue: counts per state, tasks that entered each state, mean time in state (s),
+    """Per queue: counts per state, tasks that entered and that left each state, mean time in state (s),
     failures per error kind, mean time per stage (s), stale rejections."""
     queues = engine.queues()
     pipe = engine.redis.pipeline(transaction=False)
@@ -26,11 +54,13 @@ def stats(engine) -> dict:
     out = {}
     for i, q in enumerate(queues):
         counts, raw = _d(replies[2 * i]), _d(replies[2 * i + 1])
+        per_state = state_counts(counts, raw)
         out[q] = {
-            "counts": {s.value: counts.get(s.value, 0) for s in State},
-            "entered": {s.value: raw.get(f"entered:{s.value}", 0) for s in State},
-            "time_in_state": _means(raw, "tis_ms:", "tis_n:"),
-            "time_in_stage": _means(raw, "stage_ms:", "stage_n:"),
+            "counts": per_state["counts"],
+            "entered": per_state["entered"],
+            "left": per_state["left"],  # the moves out of each state: time_in_state's counts
+            "time_in_state": _means(_fields(raw, "tis_ms:"), per_state["left"]),
+            "time_in_stage": _means(_fields(raw, "stage_ms:"), _fields(raw, "stage_n:")),
             "failures": {k[5:]: v for k, v in raw.items() if k.startswith("fail:")},
             "stale_rejections": raw.get("stale_rejections", 0),
             "overdue": raw.get("overdue", 0),
@@ -40,14 +70,18 @@ def stats(engine) -> dict:
     return out
 
 
-def _means(raw: dict[str, int], total: str, count: str) -> dict[str, float]:
+def _fields(raw: dict[str, int], prefix: str) -> dict[str, int]:
+    """The fields of ``raw`` named ``<prefix><name>``, by name."""
+    return {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)}
+
+
+def _means(totals: dict[str, int], counts: dict[str, int]) -> dict[str, float]:
+    """Mean seconds per name: its total ms over its count."""
     out = {}
-    for key, value in raw.items():
-        if key.startswith(total):
-            name = key[len(total) :]
-            n = raw.get(count + name, 0)
-            if n:
-                out[name] = value / n / 1000
+    for name, value in totals.items():
+        n = counts.get(name, 0)
+        if n:
+            out[name] = value / n / 1000
     return out
 
 

@@ -170,16 +170,14 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
     close_stage(K, t, now)
     observe(K, 'run', now - t.state_since, false)
   end
-  if from then
-    redis.call('HINCRBY', K.counts, from, -1)
-    redis.call('HINCRBY', K.stats, 'tis_ms:' .. from, now - t.state_since)
-    redis.call('HINCRBY', K.stats, 'tis_n:' .. from, 1)
-  end
-  redis.call('HINCRBY', K.counts, to, 1)
-  -- After a write Redis refuses when full: a script's first write must be one (a ZREM is allowed,
-  -- and would let the rest of the script write past maxmemory).
+  -- One counter per move, '<from>><to>' ('>PENDING' for a submit), in the queue's counts hash:
+  -- the tasks in a state, that entered it and that left it are sums of these (engine/core/stats.py
+  -- state_counts), so a move costs one HINCRBY where a counter per figure cost three. After a write
+  -- Redis refuses when full: a script's first write must be one (a ZREM is allowed, and would let
+  -- the rest of the script write past maxmemory).
+  redis.call('HINCRBY', K.counts, (from or '') .. '>' .. to, 1)
+  if from then redis.call('HINCRBY', K.stats, 'tis_ms:' .. from, now - t.state_since) end
   wait_lines(K, t, from, to, now, fields)
-  redis.call('HINCRBY', K.stats, 'entered:' .. to, 1)
   place(K, t, from, to, score, now, passing)
   -- Unfinished until a terminal state that is not passed through; again so after a manual retry.
   local was_open = from ~= nil and (not TERMINAL[from] or t.passing == true)

@@ -81,11 +81,8 @@ local function body_result(K)
 end
 
 local function body_set_result(K, result_json)
-  if redis.call('EXISTS', K.body) == 1 then
-    redis.call('LSET', K.body, 1, result_json)
-  else
-    redis.call('SET', K.result, result_json)
-  end
+  -- One command for a task with a body: only a task from before it has none ("no such key").
+  if redis.pcall('LSET', K.body, 1, result_json).err then redis.call('SET', K.result, result_json) end
 end
 
 -- The history entries, oldest first.

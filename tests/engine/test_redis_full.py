@@ -51,7 +51,7 @@ def test_a_submit_refused_by_a_full_redis_raises_redis_full(engine, full):
     engine.submit("render", {"prompt": "first"}, owner="alice")  # the queue is known to this process
     with full:
         assert_refused_as_full(lambda: engine.submit("render", {"prompt": "a cat"}, owner="alice"))
-    assert engine.redis.hgetall(engine.keys.queue_key("images", "counts"))[b"PENDING"] == b"1"
+    assert engine.stats()["images"]["counts"]["PENDING"] == 1
 
 
 def test_the_first_submit_of_a_process_on_a_full_redis_raises_redis_full(engine, full):
