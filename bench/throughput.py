@@ -52,7 +52,7 @@ from tests.support.wait import wait_until  # noqa: E402
 
 NS = "bench"
 APP = "bench.app:engine"
-TARGET = 0.85
+TARGET = 1.0  # issue 15: no slower than plain RQ, like for like
 G_QUEUE = f"{NS}.tput"  # the RQ queue of ghostless queue "tput" (engine/rq_dispatch.rq_queue_name)
 P_QUEUE = "plain-tput"
 

@@ -16,8 +16,9 @@ if refused then return refused end
 
 body_set_result(K, ARGV[7])
 breaker_outcome(K, KEYS[T + 1], t, true, now, breaker_cfg(ARGV[9]))
+-- A SUCCESS task stores none of progress (1), ended_token (its token) and ended_by ('complete'): its
+-- state implies them (lib/task: load_task; engine/core/models.py Task.from_redis).
 change(K, t, 'complete', 'SUCCESS', now, 0,
-  {progress = 1, ended_token = token, ended_by = 'complete', error_kind = '',
-   reason = ''},
+  {progress = '', ended_token = '', ended_by = '', error_kind = '', reason = ''},
   {worker = ARGV[8]})
 return finish({C.OK, t.status, t.version})

@@ -18,7 +18,7 @@ from . import priority
 from .config import DURATION_BUCKETS, WAKE_WITHIN, ms
 from .errors import Code
 from .keys import BODY_HISTORY, TASK_OWN_KEYS, TaskKeys
-from .models import HISTORY_NAMES
+from .models import HISTORY_LAYOUT, HISTORY_NAMES
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 from .streams import STREAM_LAYOUT
 
@@ -106,6 +106,8 @@ local CFG = {{stream_max = tonumber(ARGV[1]), history_max = tonumber(ARGV[2]),
 RECORD_TABLES = (
     "local HN = {" + ", ".join(f"{long} = '{short}'" for long, short in HISTORY_NAMES.items()) + "}"
     "  -- engine/core/models.py HISTORY_NAMES\n"
+    "local HL = {" + ", ".join(f"'{f}'" for f in HISTORY_LAYOUT) + "}  -- engine/core/models.py HISTORY_LAYOUT\n"
+    f"local IN_HL = {_lua_set(HISTORY_LAYOUT)}\n"
     "local STREAM_FIELDS = {" + ", ".join(f"'{f}'" for f in STREAM_LAYOUT) + "}"
     "  -- engine/core/streams.py STREAM_LAYOUT\n"
     f"local IN_LAYOUT = {_lua_set(STREAM_LAYOUT)}\n"

@@ -88,7 +88,7 @@ class Task:
             owner=g["owner"],
             status=State(g["status"]),
             stage=g.get("stage", ""),
-            progress=float(g.get("progress") or 0),
+            progress=float(g.get("progress") or (1 if g.get("status") == "SUCCESS" else 0)),  # implied by SUCCESS
             message=g.get("message", ""),
             attempt=_i(g.get("attempt")),
             max_attempts=_i(g.get("max_attempts"), 1),
@@ -162,20 +162,51 @@ class Lease:
     traceparent: str | None = field(default=None, compare=False)
 
 
-#: The short names a history entry's fields are stored under (lua/lib/record.lua ``emit``; the Lua
-#: table is generated from this one by engine/core/lua_source.py). A transition's entry has no kind
-#: field. Entries written with the long names (before 0.7) read the same.
+#: A history entry as stored (lua/lib/record.lua ``emit``; the Lua tables are generated from these by
+#: engine/core/lua_source.py): the fields of HISTORY_LAYOUT by position, then any other field as
+#: ``<short name>=<value>``, all joined by ``|``, with a backslash before each ``|`` or backslash in a value.
+#: A transition's kind is ''; trailing empty fields are left out when no other field follows. E.g.
+#: ``1796446595850||claim|PENDING|PROCESSING|1|w1||n=1``. Entries written before as JSON objects,
+#: under the short names (0.7) or the long ones, read the same.
+HISTORY_LAYOUT = ("at", "kind", "verb", "from", "to", "attempt", "worker", "stage")
 HISTORY_NAMES = {
     "at": "t", "kind": "k", "verb": "v", "from": "f", "to": "s", "stage": "g", "from_stage": "p",
     "attempt": "a", "worker": "w", "reason": "r", "by": "b", "token": "n", "error_kind": "e",
 }  # fmt: skip
 _LONG_NAMES = {short: long for long, short in HISTORY_NAMES.items()}
 assert len(_LONG_NAMES) == len(HISTORY_NAMES) and not set(_LONG_NAMES) & set(HISTORY_NAMES)
+_NUMBERS = ("at", "attempt", "token")  # read back as the numbers they were written as
+
+
+def _split_entry(raw: str) -> list[str]:
+    """The fields of a stored entry: split at each ``|`` that no backslash escapes, unescaped."""
+    fields, current, chars = [], [], iter(raw)
+    for c in chars:
+        if c == "\\":
+            current.append(next(chars, ""))
+        elif c == "|":
+            fields.append("".join(current))
+            current = []
+        else:
+            current.append(c)
+    fields.append("".join(current))
+    return fields
 
 
 def history_entry(raw) -> dict:
     """A stored history entry with its long field names (``kind`` included)."""
-    d = {_LONG_NAMES.get(k, k): v for k, v in json.loads(raw).items()}
+    raw = text(raw)
+    if raw.startswith("{"):  # as written before the compact entries
+        d = {_LONG_NAMES.get(k, k): v for k, v in json.loads(raw).items()}
+    else:
+        fields = _split_entry(raw)
+        d = {name: v for name, v in zip(HISTORY_LAYOUT, fields) if v != ""}
+        for extra in fields[len(HISTORY_LAYOUT) :]:
+            short, _, v = extra.partition("=")
+            d[_LONG_NAMES.get(short, short)] = v
+        for name in _NUMBERS:
+            if isinstance(d.get(name), str) and d[name].lstrip("-").isdigit():
+                d[name] = int(d[name])
     d.setdefault("kind", "transition")
     return d
 

@@ -18,6 +18,36 @@ local function finish(reply)
   return reply
 end
 
+-- A value of a history entry, its '|' and '\' escaped by a '\'.
+local function history_value(v)
+  v = tostring(v)
+  if string.find(v, '[|\\]') then v = string.gsub(v, '[|\\]', '\\%0') end
+  return v
+end
+
+-- The history entry of an event (engine/core/models.py HISTORY_LAYOUT, read by history_entry): the
+-- fields of HL by position ('' for a transition's kind), then the others as '<short name (HN)>=<value>',
+-- joined by '|'. Trailing empty fields are left out when no other field follows.
+local function history_text(kind, now, ev)
+  local parts = {now, kind ~= 'transition' and kind or ''}
+  for i = 3, #HL do
+    local v = ev[HL[i]]
+    parts[i] = (v == nil or v == '') and '' or history_value(v)
+  end
+  local n = #HL
+  for k, v in pairs(ev) do
+    if v ~= '' and not IN_HL[k] then
+      n = n + 1
+      parts[n] = (HN[k] or k) .. '=' .. history_value(v)
+    end
+  end
+  while n > 2 and parts[n] == '' do
+    parts[n] = nil
+    n = n - 1
+  end
+  return table.concat(parts, '|')
+end
+
 -- Appends an event to the queue stream (always) and to the task history (when `hist`).
 -- `ev` holds the event's own fields; the history entry leaves empty values out and names the rest by
 -- their short names.
@@ -35,14 +65,7 @@ local function emit(K, t, kind, now, ev, hist)
     end
   end
   redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', unpack(fields))
-  if hist then  -- under the short names of HN (engine/core/models.py HISTORY_NAMES); kind implied for a transition
-    local h = {[HN.at] = now}
-    if kind ~= 'transition' then h[HN.kind] = kind end
-    for k, v in pairs(ev) do
-      if v ~= '' then h[HN[k] or k] = v end
-    end
-    body_record(K, cjson.encode(h), CFG.history_max)
-  end
+  if hist then body_record(K, history_text(kind, now, ev), CFG.history_max) end
 end
 
 -- Queues a webhook notification (engine/notify.py) when the task asked for one.
@@ -87,7 +110,9 @@ local function place(K, t, from, to, score, now, passing)
     -- Ended: on the ended line, as '<id> <ended ms>' (its state_since); the sweeper purges it once
     -- its retention (the sweeper's) has passed since then.
     redis.call('RPUSH', K.ended, ended_entry(id, now))
-    redis.call('ZREM', K.watch, id)  -- ended in time or not: nothing more to escalate
+    -- Ended in time or not: nothing more to escalate (only a task with a due or escalation time is
+    -- ever watched: create, lua/overdue.lua, lua/retry.lua).
+    if t.due_at or t.escalate_at then redis.call('ZREM', K.watch, id) end
     -- Tasks still waiting on this one are due for a look at their parents now.
     for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do
       if redis.call('ZSCORE', K.waiting, kid) then

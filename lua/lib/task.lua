@@ -17,6 +17,11 @@ local function load_task(key)
   -- Implied by the key (create stores neither; a task from before did): '...:task:<queue>.<hex>'.
   t.id = t.id or string.match(key, ':task:([^:]+)$')
   t.queue = t.queue or string.match(t.id, '^([^.]+)%.')
+  if t.status == 'SUCCESS' then  -- implied by the state (lua/complete.lua stores none of them)
+    t.progress = t.progress or '1'
+    t.ended_by = t.ended_by or 'complete'
+    t.ended_token = t.ended_token or tostring(t.token)
+  end
   return t
 end
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from ghostless import Config, State
+from ghostless import Config, LeaseLost, State
+from ghostless.core.errors import AttemptEnded
 from ghostless.core.keys import BODY_HISTORY
 from tests.support.snapshots import raw_task, sibling
 from tests.support.wait import wait_for_server_time
@@ -25,6 +26,23 @@ def lifecycle(engine, **submit):
     engine.stage(lease, "uploading")
     engine.complete(lease, {"url": "s3://x"})
     return task.id
+
+
+def test_a_successful_task_stores_nothing_its_state_implies_and_still_answers_its_lease_holder(engine):
+    task = engine.submit("render", {"prompt": "cat"}, owner="alice")
+    lease = engine.claim(task.id, "w1")
+    engine.progress(lease, 0.5, "half")
+    assert engine.complete(lease, {"url": "s3://x"}) == State.SUCCESS
+    h = raw_task(engine, task.id)
+    assert [k for k in ("progress", "ended_token", "ended_by") if k in h] == []
+    assert (engine.get(task.id).progress, engine.get(task.id).message) == (1.0, "half")
+    assert engine.complete(lease, {"url": "s3://x"}) == State.SUCCESS  # a resent complete: replayed
+    with pytest.raises(AttemptEnded):  # the late heartbeat of the attempt that ended it
+        engine.heartbeat(lease)
+    with pytest.raises(LeaseLost):
+        engine.fail(lease, "boom", "late")
+    assert raw_task(engine, task.id) | {"version": h["version"]} == h | {"version": h["version"]}
+    assert engine.get(task.id).status == State.SUCCESS and engine.check() == []
 
 
 def test_a_finished_task_keeps_no_empty_field_and_none_of_its_attempts_deadlines(engine):
