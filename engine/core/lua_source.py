@@ -18,7 +18,7 @@ from . import priority
 from .config import DURATION_BUCKETS, WAKE_WITHIN, ms
 from .errors import Code
 from .keys import BODY_HISTORY, TASK_OWN_KEYS, TaskKeys
-from .models import HISTORY_LAYOUT, HISTORY_NAMES
+from .models import HISTORY_LAYOUT, HISTORY_NAMES, IMPLIED
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 from .streams import STREAM_LAYOUT
 
@@ -108,6 +108,12 @@ RECORD_TABLES = (
     "  -- engine/core/models.py HISTORY_NAMES\n"
     "local HL = {" + ", ".join(f"'{f}'" for f in HISTORY_LAYOUT) + "}  -- engine/core/models.py HISTORY_LAYOUT\n"
     f"local IN_HL = {_lua_set(HISTORY_LAYOUT)}\n"
+    "local IMPLIED = {"
+    + ", ".join(
+        f"{name} = {{" + ", ".join(f"{verb} = '{state}'" for verb, state in by_verb.items()) + "}"
+        for name, by_verb in IMPLIED.items()
+    )
+    + "}  -- engine/core/models.py IMPLIED (states.py implied)\n"
     "local STREAM_FIELDS = {" + ", ".join(f"'{f}'" for f in STREAM_LAYOUT) + "}"
     "  -- engine/core/streams.py STREAM_LAYOUT\n"
     f"local IN_LAYOUT = {_lua_set(STREAM_LAYOUT)}\n"

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .states import State
+from .states import State, implied
 from .text import text
 
 
@@ -165,9 +165,10 @@ class Lease:
 #: A history entry as stored (lua/lib/record.lua ``emit``; the Lua tables are generated from these by
 #: engine/core/lua_source.py): the fields of HISTORY_LAYOUT by position, then any other field as
 #: ``<short name>=<value>``, all joined by ``|``, with a backslash before each ``|`` or backslash in a value.
-#: A transition's kind is ''; trailing empty fields are left out when no other field follows. E.g.
-#: ``1796446595850||claim|PENDING|PROCESSING|1|w1||n=1``. Entries written before as JSON objects,
-#: under the short names (0.7) or the long ones, read the same.
+#: A transition's kind is ''; its from (to) is left out when its verb has one source (target) state
+#: alone (states.py ``implied``: complete is PROCESSING -> SUCCESS); trailing empty fields are left
+#: out when no other field follows. E.g. ``1796446595850||claim|PENDING||1|w1||n=1``. Entries
+#: written before as JSON objects, under the short names (0.7) or the long ones, read the same.
 HISTORY_LAYOUT = ("at", "kind", "verb", "from", "to", "attempt", "worker", "stage")
 HISTORY_NAMES = {
     "at": "t", "kind": "k", "verb": "v", "from": "f", "to": "s", "stage": "g", "from_stage": "p",
@@ -176,6 +177,7 @@ HISTORY_NAMES = {
 _LONG_NAMES = {short: long for long, short in HISTORY_NAMES.items()}
 assert len(_LONG_NAMES) == len(HISTORY_NAMES) and not set(_LONG_NAMES) & set(HISTORY_NAMES)
 _NUMBERS = ("at", "attempt", "token")  # read back as the numbers they were written as
+IMPLIED = {"from": implied("from"), "to": implied("to")}
 
 
 def _split_entry(raw: str) -> list[str]:
@@ -207,6 +209,10 @@ def history_entry(raw) -> dict:
         for name in _NUMBERS:
             if isinstance(d.get(name), str) and d[name].lstrip("-").isdigit():
                 d[name] = int(d[name])
+        if "kind" not in d:  # a transition: what its verb implies
+            for name, by_verb in IMPLIED.items():
+                if name not in d and d.get("verb") in by_verb:
+                    d[name] = by_verb[d["verb"]]
     d.setdefault("kind", "transition")
     return d
 

@@ -127,3 +127,14 @@ def table() -> str:
             dst = f"{', '.join(x.value for x in first)}, then {', '.join(x.value for x in chained)} (same call)"
         rows.append(f"| {t.verb} | {src} | {dst} | {t.who} |")
     return "\n".join(rows)
+
+
+def implied(which: str) -> dict[str, str]:
+    """Verb -> the one state its transitions leave (``which`` "from") or reach ("to"), for the verbs
+    that have one: a history entry leaves it out (engine/core/models.py HISTORY_LAYOUT)."""
+    out = {}
+    for t in TRANSITIONS.values():
+        states = t.sources if which == "from" else t.targets
+        if len(states) == 1 and t.sources != t.targets:  # not a touch (heartbeat, stage, ...)
+            out[t.verb] = next(iter(states)).value
+    return out

@@ -26,13 +26,20 @@ local function history_value(v)
 end
 
 -- The history entry of an event (engine/core/models.py HISTORY_LAYOUT, read by history_entry): the
--- fields of HL by position ('' for a transition's kind), then the others as '<short name (HN)>=<value>',
--- joined by '|'. Trailing empty fields are left out when no other field follows.
+-- fields of HL by position ('' for a transition's kind, and for its from or to where its verb implies
+-- it: IMPLIED), then the others as '<short name (HN)>=<value>', joined by '|'. Trailing empty fields
+-- are left out when no other field follows.
 local function history_text(kind, now, ev)
-  local parts = {now, kind ~= 'transition' and kind or ''}
+  local transition = kind == 'transition'
+  local parts = {now, transition and '' or kind}
   for i = 3, #HL do
-    local v = ev[HL[i]]
-    parts[i] = (v == nil or v == '') and '' or history_value(v)
+    local name = HL[i]
+    local v = ev[name]
+    if v == nil or v == '' or (transition and IMPLIED[name] and IMPLIED[name][ev.verb] == v) then
+      parts[i] = ''
+    else
+      parts[i] = history_value(v)
+    end
   end
   local n = #HL
   for k, v in pairs(ev) do

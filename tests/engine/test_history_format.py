@@ -48,14 +48,23 @@ def test_entries_are_stored_by_position_with_the_other_fields_named(engine):
     task = lived(engine)
     entries = stored(engine, task.id)
     submit, claim = entries[0].split("|"), entries[1].split("|")
-    assert submit[1:5] == ["", "submit", "", "PENDING"] and submit[-1] == "b=alice"  # by: no position
-    assert claim[1:8] == ["", "claim", "PENDING", "PROCESSING", "1", "w1", ""] and claim[8:] == ["n=1"]
+    # a verb's one source or target state is implied: submit -> PENDING, claim -> PROCESSING
+    assert submit[1:5] == ["", "submit", "", ""] and submit[-1] == "b=alice"  # by: no position
+    assert claim[1:8] == ["", "claim", "PENDING", "", "1", "w1", ""] and claim[8:] == ["n=1"]
     assert claim[0].isdigit() and int(claim[0]) >= int(submit[0])  # server ms
     kinds = [e.split("|")[1] for e in entries]
     assert kinds.count("stage") == 2 and kinds.count("stale") == 1 and "progress" not in kinds
     assert not any(e.startswith("{") for e in entries)
     last = entries[-1].split("|")
-    assert last[1:] == ["", "complete", "PROCESSING", "SUCCESS", "1", "w2", "uploading"]  # no empty tail
+    assert last[1:] == ["", "complete", "", "", "1", "w2", "uploading"]  # no empty tail
+    transitions = [(e.verb, e.from_, e.to) for e in engine.history(task.id) if e.kind == "transition"]
+    assert transitions == [
+        ("submit", "", "PENDING"),
+        ("claim", "PENDING", "PROCESSING"),
+        ("release", "PROCESSING", "PENDING"),
+        ("claim", "PENDING", "PROCESSING"),
+        ("complete", "PROCESSING", "SUCCESS"),
+    ]
 
 
 def test_a_value_with_the_separator_or_a_backslash_reads_back_whole(engine):
@@ -98,3 +107,17 @@ def test_the_layout_is_the_common_fields_of_every_entry():
         "custom": "a=b",
     }
     assert history_entry("1796446595857|stage||||1|w1|render")["stage"] == "render"
+    assert (history_entry("5||complete|||1|w1") | {"at": 0}) == {
+        "at": 0,
+        "kind": "transition",
+        "verb": "complete",
+        "from": "PROCESSING",
+        "to": "SUCCESS",
+        "attempt": 1,
+        "worker": "w1",
+    }
+    # implied only where the verb has one: an expire's TIMEOUT -> RETRY_WAITING names both
+    assert history_entry("5||expire|TIMEOUT|RETRY_WAITING|1")["from"] == "TIMEOUT"
+    assert "to" not in history_entry("5||fail|||1|w1")  # RETRY_WAITING or FAILED: never left out
+    stale = history_entry("5|stale|complete||||w1||n=1")  # a refused call: no move, nothing implied
+    assert ("from" not in stale, "to" not in stale, stale["kind"]) == (True, True, "stale")
