@@ -62,6 +62,7 @@ class RidesOutRedis:
         elif kind != self._failing_with:
             log.warning("worker %s: Redis is still failing, now with %s: %s", self.name, kind, e)
         self._failing_with = kind
+        self._beat_at = None  # engine/execution/lean_heartbeat.py: the next heartbeat is a real write
 
     def _redis_ok(self) -> None:
         if self._failing_since is not None:
