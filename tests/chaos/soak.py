@@ -92,6 +92,7 @@ from ghostless import Config, Engine, IllegalTransition, RedisSetupError, Replic
 from ghostless.core.keys import BODY_HISTORY  # noqa: E402
 from ghostless.core.models import history_entry  # noqa: E402
 from ghostless.core.states import TERMINAL, State  # noqa: E402
+from ghostless.core.stats import state_counts  # noqa: E402
 from tests.chaos.app import WAIT_TIMEOUT, register, type_name  # noqa: E402
 from tests.chaos.backends import BACKENDS  # noqa: E402
 from tests.support.procs import Proc, app_env, start_sweeper, start_worker  # noqa: E402
@@ -547,8 +548,9 @@ class Soak:
                 self.resume_due(force=not chaos_on)
                 try:
                     counts = collections.Counter()
-                    for key in counts_keys:
-                        counts.update({k.decode(): int(v) for k, v in client.hgetall(key).items()})
+                    for key in counts_keys:  # per state: sums of the move counters (stats.state_counts)
+                        raw = {k.decode(): int(v) for k, v in client.hgetall(key).items()}
+                        counts.update(state_counts(raw)["counts"])
                 except REDIS_DOWN:
                     time.sleep(0.1)
                     continue
@@ -767,7 +769,9 @@ def _check_executions(tid: str, h: dict, result, lines: list[tuple], report: Rep
     done = set(claims("done"))
     report.work_ran_again += len(done) > 1
     success = h.get("status") == "SUCCESS"
-    accepted = (int(h["ended_token"]), h.get("claim_id", "")) if success and h.get("ended_token") else None
+    # a SUCCESS task's ended token is its token (lua/complete.lua stores it only before 2026-12-05)
+    ended_token = h.get("ended_token") or h.get("token") if success else None
+    accepted = (int(ended_token), h.get("claim_id", "")) if ended_token else None
 
     def is_accepted(pair: tuple) -> bool:
         return accepted is not None and pair[0] == accepted[0] and pair[1] in ("", accepted[1])

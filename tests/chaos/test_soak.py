@@ -65,6 +65,9 @@ def test_checker_counts_duplicate_zombie_phantom_and_refused_executions():
         report,
     )
     assert report.phantom_successes == ["q.b", "q.c"]
+    # a SUCCESS task stores no ended token (lua/complete.lua): its token is the one accepted
+    _check_executions("q.d", {"status": "SUCCESS", "token": "4"}, {"token": 4}, [("done", 4, 1, 15, 0.1)], report)
+    assert report.phantom_successes == ["q.b", "q.c"]
     assert report.problems() == [
         "phantom successes 2: ['q.b', 'q.c']",
         "duplicate executions (same task, token and claim) 1",
