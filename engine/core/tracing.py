@@ -87,6 +87,15 @@ def _submitted(span, task) -> None:
         span.set_attributes({"ghostless.task_id": task.id, "ghostless.queue": task.queue})
 
 
+def warm() -> None:
+    """Import now what an attempt's span needs, when the application traces: a fork worker calls
+    this before it forks, or each work-horse would import it again for its one attempt (four files
+    read and parsed a job, seen with strace; redis-py imports ``opentelemetry.trace`` itself, so
+    every worker traces)."""
+    if _trace() is not None:
+        import opentelemetry.trace.propagation.tracecontext  # noqa: F401
+
+
 @contextmanager
 def attempt_span(engine, lease, flush: bool = False):
     """The span of one attempt, a child of its task's submit span (when the application traces).

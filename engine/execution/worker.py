@@ -26,6 +26,7 @@ from rq import SimpleWorker, Worker
 from rq.serializers import DefaultSerializer, JSONSerializer, resolve_serializer
 from rq.utils import now
 
+from ghostless.core import tracing
 from ghostless.core.clients import client_like, no_resends
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
 from ghostless.core.keys import rq_dispatch_id, rq_queue_prefix, rq_wake_channel
@@ -268,6 +269,7 @@ def build_worker(
     cls = GhostlessWorker if worker_class == "fork" else GhostlessSimpleWorker
     ride_out_redis_restarts(engine.redis)
     resolve_driver_info_once(engine.redis)
+    tracing.warm()  # imported once here, not in every work-horse
     # One RQ queue per queue, in the order given, as RQ takes them: BLPOP takes the first non-empty
     # list (on a Cluster, ClusterQueue.lpop keeps that order across slots). Each job's claim takes
     # its queue's next task in priority order (lua/claim.lua).

@@ -21,3 +21,18 @@ def test_the_worker_command_and_its_classes_import_no_web_module():
 def test_the_web_package_still_gives_its_names():
     assert {"flask", "ghostless.web.app"} <= set(imported_after("from ghostless.web import create_app, DEFAULTS"))
     assert imported_after("import ghostless.web\nassert not hasattr(ghostless.web, 'nothing')") == []
+
+
+def test_a_worker_imports_what_an_attempts_span_needs_before_it_forks():
+    # redis-py imports opentelemetry.trace itself, so every worker's attempts run in a span; a
+    # work-horse would otherwise import the propagator for its one attempt (engine/core/tracing.py)
+    code = (
+        "import fakeredis\nfrom ghostless import Engine\nfrom ghostless.execution.worker import build_worker\n"
+        "engine = Engine(fakeredis.FakeRedis(), namespace='imports')\n"
+        "engine.task(name='noop', queue='q')(lambda ctx: None)\n"
+        "import sys\nassert 'opentelemetry.trace.propagation.tracecontext' not in sys.modules\n"
+        "build_worker(engine, ['q'], 'fork')\n"
+        "print('opentelemetry.trace.propagation.tracecontext' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split()[-1:] == ["True"], out.stderr[-2000:]
