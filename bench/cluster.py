@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -63,6 +62,7 @@ from bench._common import (
 )
 from ghostless import Config, GhostlessError, RedisSetupError, ReplicationTimeout
 from ghostless.core.keys import BODY_HISTORY
+from ghostless.core.models import history_entry
 from tests.support.cluster import Cluster, redis_cli_path
 from tests.support.replicas import attach
 
@@ -429,7 +429,7 @@ def check(cluster: Cluster, namespace: str, queues: list[str], outs: list[dict])
             pipe.lrange(keys.body, BODY_HISTORY, -1)
         replies = pipe.execute()
         for i in range(len(chunk)):
-            status, history = replies[2 * i], [json.loads(e) for e in replies[2 * i + 1]]
+            status, history = replies[2 * i], [history_entry(e) for e in replies[2 * i + 1]]
             if status is None:
                 lost += 1
                 continue
