@@ -131,7 +131,9 @@ def table() -> str:
 
 def implied(which: str) -> dict[str, str]:
     """Verb -> the one state its transitions leave (``which`` "from") or reach ("to"), for the verbs
-    that have one: a history entry leaves it out (engine/core/models.py HISTORY_LAYOUT)."""
+    that have one: a history entry leaves it out (engine/core/models.py HISTORY_LAYOUT). Entries
+    already stored are read back with it, so a verb given a second source or target must keep its
+    old state readable (tests/engine/test_history_format.py pins the table)."""
     out = {}
     for t in TRANSITIONS.values():
         states = t.sources if which == "from" else t.targets

@@ -9,7 +9,7 @@ import pytest
 
 from ghostless import LeaseLost
 from ghostless.core.keys import BODY_HISTORY
-from ghostless.core.models import HISTORY_LAYOUT, HISTORY_NAMES, history_entry
+from ghostless.core.models import HISTORY_LAYOUT, HISTORY_NAMES, IMPLIED, history_entry
 from tests.support.snapshots import reclaimed
 
 
@@ -121,3 +121,33 @@ def test_the_layout_is_the_common_fields_of_every_entry():
     assert "to" not in history_entry("5||fail|||1|w1")  # RETRY_WAITING or FAILED: never left out
     stale = history_entry("5|stale|complete||||w1||n=1")  # a refused call: no move, nothing implied
     assert ("from" not in stale, "to" not in stale, stale["kind"]) == (True, True, "stale")
+
+
+def test_the_implied_states_are_stored_data():
+    """Entries already written leave these states out: changing one reads old entries wrongly."""
+    assert IMPLIED == {
+        "from": {
+            "complete": "PROCESSING",
+            "fail": "PROCESSING",
+            "release": "PROCESSING",
+            "expire": "PROCESSING",
+            "promote": "RETRY_WAITING",
+            "resolve": "PENDING",
+        },
+        "to": {
+            "submit": "PENDING",
+            "dispatch": "QUEUED",
+            "claim": "PROCESSING",
+            "complete": "SUCCESS",
+            "release": "PENDING",
+            "promote": "PENDING",
+            "lapse": "CANCELLED",
+            "cancel": "CANCELLED",
+            "retry": "PENDING",
+        },
+    }
+
+
+def test_a_stale_entrys_token_reads_as_a_number_in_both_formats():
+    assert history_entry('{"k": "stale", "v": "complete", "n": "3", "t": 5}')["token"] == 3
+    assert history_entry("5|stale|complete||||w1||n=3")["token"] == 3
