@@ -126,7 +126,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 f"queue {queue}: owner {field[2:]!r} is counted with {held.get(field, 0)} {what} "
                 f"but a scan finds {unfinished.get(field, 0)}"
             )
-    counts = state_counts({text(a): int(b) for a, b in r.hgetall(k.queue_key(queue, "counts")).items()})["counts"]
+    counts = state_counts(r.hgetall(k.queue_key(queue, "counts")))["counts"]
     for state, n in scanned.items():
         if counts.get(state, 0) != n:
             problems.append(f"queue {queue}: counter {state}={counts.get(state, 0)} but a scan finds {n}")

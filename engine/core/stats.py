@@ -14,16 +14,17 @@ def _d(h: dict) -> dict[str, int]:
     return {text(k): int(v) for k, v in h.items()}
 
 
-def state_counts(counts: dict[str, int], raw: dict[str, int] | None = None) -> dict[str, dict[str, int]]:
+def state_counts(counts: dict, raw: dict | None = None) -> dict[str, dict[str, int]]:
     """Per state: the tasks in it ("counts"), that entered it ("entered") and that left it ("left"),
-    from a queue's counts hash (and its stats hash ``raw``, for the counters of before).
+    from a queue's counts hash (and its stats hash ``raw``, for the counters of before), each as
+    HGETALL gives it or already decoded.
 
     The transition scripts count each move once, as ``<from>><to>`` (``>PENDING`` for a submit;
     lua/lib/record.lua change), so a move is one HINCRBY. A field named after a state holds what
     no move counts: what a purge took out of it (negative), and the count of a queue from before the
     move counters; ``entered:<STATE>`` and ``tis_n:<STATE>`` of the stats hash are those of before.
     """
-    raw = raw or {}
+    counts, raw = _d(counts), _d(raw or {})
     out = {
         "counts": {s.value: counts.get(s.value, 0) for s in State},
         "entered": {s.value: raw.get(f"entered:{s.value}", 0) for s in State},

@@ -549,8 +549,7 @@ class Soak:
                 try:
                     counts = collections.Counter()
                     for key in counts_keys:  # per state: sums of the move counters (stats.state_counts)
-                        raw = {k.decode(): int(v) for k, v in client.hgetall(key).items()}
-                        counts.update(state_counts(raw)["counts"])
+                        counts.update(state_counts(client.hgetall(key))["counts"])
                 except REDIS_DOWN:
                     time.sleep(0.1)
                     continue

@@ -41,7 +41,7 @@ def test_a_successful_task_stores_nothing_its_state_implies_and_still_answers_it
         engine.heartbeat(lease)
     with pytest.raises(LeaseLost):
         engine.fail(lease, "boom", "late")
-    assert raw_task(engine, task.id) | {"version": h["version"]} == h | {"version": h["version"]}
+    assert raw_task(engine, task.id) == h  # the refusals changed nothing
     assert engine.get(task.id).status == State.SUCCESS and engine.check() == []
 
 
