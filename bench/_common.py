@@ -145,8 +145,8 @@ class Timer:
 
 class RoundTrips:
     """Counts the writes redis-py makes to its sockets: the client's round trips. One per command;
-    one per pipeline execute, plus one for the SCRIPT EXISTS redis-py sends first when the pipeline
-    holds scripts. Use as a context manager."""
+    one per pipeline execute (redis-py's own pipeline sends SCRIPT EXISTS first when it holds
+    scripts; the engine's, Scripts.pipeline, does not). Use as a context manager."""
 
     def __enter__(self):
         import redis.connection as rc
@@ -275,14 +275,14 @@ def verify_shim(engine: Engine, type_name: str, args: dict, result) -> None:
 
 def pipelined_claims(engine: Engine, type_name: str, args: dict, owners: list[str], worker: str = "w1") -> list[Lease]:
     """One task per owner, submitted in one pipeline, then claimed in another: their leases."""
-    pipe = engine.redis.pipeline(transaction=False)
+    pipe = engine.scripts.pipeline()
     ids = []
     for owner in owners:
         tid, name, keys, argv = submit_call(engine, type_name, args, owner=owner)
         engine.scripts._call(name, keys, argv, client=pipe)
         ids.append(tid)
     _expect_ok(pipe.execute(), "submit")
-    pipe = engine.redis.pipeline(transaction=False)
+    pipe = engine.scripts.pipeline()
     claims = [claim_call(engine, tid, worker) for tid in ids]
     for call in claims:
         engine.scripts._call(*call, client=pipe)
@@ -314,11 +314,11 @@ def pipelined_lifecycles(
         who = ["bench" if owners == 1 else f"user{i % owners}" for i in range(start, start + min(batch, n - start))]
         leases = pipelined_claims(engine, type_name, args, who, worker)
         for verb, *step in steps:
-            pipe = engine.redis.pipeline(transaction=False)
+            pipe = engine.scripts.pipeline()
             for lease in leases:
                 engine.scripts._call(*captured_call(engine, getattr(engine, verb), lease, *step), client=pipe)
             _expect_ok(pipe.execute(), verb)
-        pipe = engine.redis.pipeline(transaction=False)
+        pipe = engine.scripts.pipeline()
         for lease in leases:
             engine.scripts._call(*complete_call(engine, lease, result), client=pipe)
         _expect_ok(pipe.execute(), "complete")

@@ -8,6 +8,8 @@ Phases, interleaved for ROUNDS rounds on the same connection (medians reported):
                  LOCAL SHIM builds the argv Engine builds; checked against Engine at start-up)
   fat-1 / fat-P  diagnostic: EVALSHA "return 1" with a submit's keys and args (argument volume)
   lifecycle-P-noAOF  diagnostic: lifecycle-P on a second private redis-server without AOF
+  lifecycle-1-evalsha / lifecycle-P-evalsha  diagnostic: the same lifecycles with every script sent by
+                 EVALSHA (as on Redis 6.2 or a cluster) instead of as a function (FCALL), same server
 Each phase: wall time, client CPU (this process), server script usec (INFO commandstats after
 CONFIG RESETSTAT) and redis-server process CPU (INFO cpu).
 The main server runs with AOF, appendfsync everysec: the persistence ghostless recommends.
@@ -51,7 +53,7 @@ from bench._common import (
     verdict,
     verify_shim,
 )
-from ghostless.core.lua_source import source
+from ghostless.core.lua_source import library, source
 
 ROUNDS = 7
 BATCH = 100
@@ -95,9 +97,12 @@ def main() -> int:
             f"{persistence(r_plain)} for the diagnostic phase lifecycle-P-noAOF"
         )
         engine = Engine(r, namespace="bench", dispatcher=None)
+        by_evalsha = Engine(r, namespace="bench_evalsha", dispatcher=None)
+        for call in by_evalsha.scripts._scripts.values():  # private: what a server without functions gets
+            call.fcall = False
         with quiet_engine_logs():
             plain = Engine(r_plain, namespace="bench", dispatcher=None)
-        for e in (engine, plain):
+        for e in (engine, plain, by_evalsha):
 
             @e.task(name=TYPE, queue="core", lease=60, timeout=600)
             def bench_job(ctx, prompt):  # pragma: no cover - never run
@@ -132,16 +137,17 @@ def main() -> int:
             for _ in range(n):
                 fat(keys=fat_keys, args=fat_args)
 
-        def lifecycle_1(n):
+        def lifecycle_1(n, e=engine):
             for _ in range(n):
-                task = engine.submit(TYPE, ARGS, owner="bench")
-                lease = engine.claim(task.id, "w1")
-                engine.complete(lease, RESULT)
+                task = e.submit(TYPE, ARGS, owner="bench")
+                lease = e.claim(task.id, "w1")
+                e.complete(lease, RESULT)
 
         # warm-up (not timed): fill the event stream towards its cap, page everything in
-        pipelined_lifecycles(engine, TYPE, ARGS, RESULT, 3000, BATCH)
-        pipelined_lifecycles(plain, TYPE, ARGS, RESULT, 3000, BATCH)
+        for e in (engine, plain, by_evalsha):
+            pipelined_lifecycles(e, TYPE, ARGS, RESULT, 3000, BATCH)
         lifecycle_1(200)
+        lifecycle_1(200, by_evalsha)
         trivial_p(5000)
 
         rounds = []
@@ -158,6 +164,12 @@ def main() -> int:
                     "lifecycle-P-noAOF",
                     N_LIFE_P,
                     lambda: pipelined_lifecycles(plain, TYPE, ARGS, RESULT, N_LIFE_P, BATCH),
+                ),
+                ("lifecycle-1-evalsha", N_LIFE_1, lambda: lifecycle_1(N_LIFE_1, by_evalsha)),
+                (
+                    "lifecycle-P-evalsha",
+                    N_LIFE_P,
+                    lambda: pipelined_lifecycles(by_evalsha, TYPE, ARGS, RESULT, N_LIFE_P, BATCH),
                 ),
             ]:
                 got[label] = measure(r_plain if label.endswith("noAOF") else r, label, n, fn)
@@ -192,8 +204,8 @@ def main() -> int:
                 f"{m['script_us_min']:>7.1f} {m['server_cpu_us']:>19.1f} {m['client_us']:>14.1f}"
             )
         print(
-            "  server script us: INFO commandstats usec of EVALSHA (time inside the script, which a busy machine "
-            "stretches); server proc cpu us: INFO cpu user+sys of redis-server (includes protocol I/O)"
+            "  server script us: INFO commandstats usec of FCALL and EVALSHA (time inside the script, which a busy "
+            "machine stretches); server proc cpu us: INFO cpu user+sys of redis-server (includes protocol I/O)"
         )
         print(
             f"  lifecycle / (fat EVALSHA / 3): unpipelined {fat_ratio_1:.2f}, pipelined {fat_ratio_p:.2f} "
@@ -218,6 +230,13 @@ def main() -> int:
 
         breakdown(r, engine)
 
+        for mode in ("1", "P"):
+            fn, ev = med[f"lifecycle-{mode}"]["script_us"], med[f"lifecycle-{mode}-evalsha"]["script_us"]
+            print(
+                f"  {'unpipelined' if mode == '1' else 'pipelined'}: server script us per lifecycle as functions "
+                f"{fn:.1f}, by EVALSHA {ev:.1f}: {ev - fn:.1f} us saved ({fn / ev:.2f} x)"
+            )
+
         srv_1, srv_p = med["lifecycle-1"]["script_us"], med["lifecycle-P"]["script_us"]
         srv_ok = srv_p <= SERVER_US_TARGET_P and srv_1 <= SERVER_US_TARGET_1
         ok = ratio_1 >= RATIO_TARGET and ratio_p >= RATIO_TARGET and srv_ok
@@ -241,13 +260,14 @@ def breakdown(r, engine, n: int = 3000) -> None:
     out, inner = {}, {}
 
     def run(name, make):
-        pipe = r.pipeline(transaction=False)
-        for i, item in enumerate(make):
+        pipe, queued = engine.scripts.pipeline(), 0
+        for item in make:
             engine.scripts._call(*item, client=pipe)
-            if (i + 1) % BATCH == 0:
+            queued += 1
+            if queued == BATCH:
                 yield pipe.execute()
-                pipe = r.pipeline(transaction=False)
-        if len(pipe):
+                queued = 0
+        if queued:
             yield pipe.execute()
 
     def phase(name, make, on_reply=None):
@@ -280,16 +300,26 @@ def breakdown(r, engine, n: int = 3000) -> None:
     keys = list(engine.keys.task(ids[0]))
     args = [*engine.config.script_argv(), *range(16)]
     prefix = source("claim").split("-- lua/claim.lua")[0]
-    for label, body in [
-        ("empty script, same keys/args", "return 1"),
-        ("preamble + claim's lua/lib, then return", prefix + "\ndo return 1 end"),
+    fname, lib = library("claim")
+    head, _, tail = lib.partition("local function main()\n")
+    returning = (
+        head
+        + "local function main()\nreturn 1\nend\nredis.register_function"
+        + tail.split("redis.register_function", 1)[1]
+    ).replace(fname, "gl_bench_claim_returns")
+    r.function_load(returning, replace=True)
+    for label, send in [
+        ("EVALSHA of an empty script, same keys/args", ("EVALSHA", r.script_load("return 1"))),
+        (
+            "EVALSHA of the preamble + claim's lua/lib, then return",
+            ("EVALSHA", r.script_load(prefix + "\ndo return 1 end")),
+        ),
+        ("FCALL of claim's library, binding its keys and args, then return", ("FCALL", "gl_bench_claim_returns")),
     ]:
-        script = r.register_script(body)
-        script(keys=keys, args=args)
         reset_stats(r)
         pipe = r.pipeline(transaction=False)
         for _ in range(n):
-            script(keys=keys, args=args, client=pipe)
+            pipe.execute_command(*send, len(keys), *keys, *args)
         pipe.execute()
         out[label] = script_stats(r)[1] / n
     print("server script us per call, pipelined (diagnostic): " + ", ".join(f"{k} {v:.1f}" for k, v in out.items()))

@@ -221,7 +221,7 @@ def load_claimed(engine, type_name: str, n: int, batch: int = 1000) -> str:
     assert parse(engine.scripts._call(name, keys, argv))[0] == 0
     ids = [tid] + clone_tasks(engine, tid, "dispatch", n - 1)
     for part in chunks(ids, batch):
-        pipe = engine.redis.pipeline(transaction=False)
+        pipe = engine.scripts.pipeline()
         for tid in part:
             engine.scripts._call(*claim_call(engine, tid, "w-dead"), client=pipe)
         assert all(parse(x)[0] == 0 for x in pipe.execute())

@@ -294,7 +294,7 @@ class TripCounter:
 
 def _name(args) -> str:
     name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
-    if name.upper() in ("EVALSHA", "EVAL") and len(args) > 3:
+    if name.upper() in ("EVALSHA", "EVAL", "FCALL", "FCALL_RO") and len(args) > 3:
         key = args[3].decode() if isinstance(args[3], bytes) else str(args[3])
         return f"{name.upper()}({_script_of(key, args)})"
     return name.upper()
@@ -360,8 +360,8 @@ def profile(engine, r, n: int, with_cprofile: bool) -> dict:
 
     from ghostless.execution.worker import build_worker
 
-    for name, script in engine.scripts._scripts.items():  # a private map: it names the EVALSHA calls
-        _SHA_NAMES[script.sha] = name
+    for name, script in engine.scripts._scripts.items():  # a private map: it names the script calls
+        _SHA_NAMES[script.sha] = _SHA_NAMES[script.function] = name
     out = {}
     for kind in ("ghostless", "plain", "ghostless", "plain"):  # the second pass is the one kept (warm)
         if kind == "ghostless":

@@ -281,7 +281,7 @@ def send_progress(producer, leases: list, rate: float, duration: float) -> tuple
     while (now := time.time()) < start + duration:
         due = min(int((now - start) * rate), int(duration * rate)) - done
         if due > 0:
-            pipe = producer.redis.pipeline(transaction=False)
+            pipe = producer.scripts.pipeline()
             for k in range(done, done + due):
                 i = k % len(leases)
                 message = f"t={time.time():.6f} k={k}"
@@ -302,7 +302,7 @@ def missed_one_each(producer, client, leases: list) -> str:
 
     last = client.xrevrange(producer.keys.queue_key("watch", "events"), count=1)
     for batch in chunks(leases, 500):
-        pipe = producer.redis.pipeline(transaction=False)
+        pipe = producer.scripts.pipeline()
         for lease in batch:
             message = f"t={time.time():.6f} missed"
             producer.scripts._call(*captured_call(producer, producer.progress, lease, 0.5, message), client=pipe)

@@ -18,7 +18,6 @@ import weakref
 from collections import deque
 
 import redis
-from redis.exceptions import NoScriptError
 
 from ghostless.core.replies import parse
 from ghostless.core.scripts import Scripts
@@ -30,7 +29,7 @@ class _Call:
     __slots__ = ("abandoned", "command", "done", "outcome", "script")
 
     def __init__(self, command: tuple, script):
-        self.command, self.script = command, script  # script: (Script, keys, args) of an EVALSHA
+        self.command, self.script = command, script  # script: (LuaCall, keys, args) of a script's call
         self.done = threading.Event()
         self.outcome = None  # the reply, or the exception to raise
         self.abandoned = False  # its caller stopped waiting: not sent when still queued
@@ -42,8 +41,8 @@ class _Call:
 
 class Coalescer:
     """``execute(*command)``: the reply of one read command, sent in one pipeline with the others
-    queued meanwhile; ``script(script, keys, args)``: a read-only script's, by EVALSHA (loaded
-    when the server does not have it). A caller waits at most ``timeout`` seconds (then
+    queued meanwhile; ``script(script, keys, args)``: a read-only script's (loaded when the
+    server does not have it: engine/core/functions.py). A caller waits at most ``timeout`` seconds (then
     ``redis.TimeoutError``); an error of the pipeline (Redis unreachable, the pool busy) is raised
     to every caller in it, a command's own error to its caller."""
 
@@ -69,7 +68,7 @@ class Coalescer:
 
     def script(self, script, keys, args):
         keys, args = list(keys), list(args)
-        return self._call(_Call(("EVALSHA", script.sha, len(keys), *keys, *args), (script, keys, args)))
+        return self._call(_Call(script.command(keys, args), (script, keys, args)))
 
     def _call(self, call: _Call):
         with self._wake:
@@ -115,7 +114,7 @@ class Coalescer:
         replies = pipe.execute(raise_on_error=False)
         self.pipelines += 1
         for call, reply in zip(batch, replies):
-            if isinstance(reply, NoScriptError) and call.script is not None:
+            if call.script is not None and call.script[0].missing(reply):
                 script, keys, args = call.script
                 try:
                     reply = script(keys=keys, args=args)  # loads it, then runs it

@@ -14,7 +14,7 @@ import redis
 from flask import Blueprint, current_app, jsonify
 
 from ghostless.core.app import AppError
-from ghostless.core.lua_source import script_shas
+from ghostless.core.lua_source import SCRIPTS
 from ghostless.core.sweepers import freshest_age
 
 from .deps import get_engine
@@ -33,9 +33,10 @@ def healthz():
 
 @bp.get("/readyz")
 def readyz():
-    """Redis answers and has every engine script cached (SCRIPT EXISTS). Scripts missing after
-    a Redis restart or SCRIPT FLUSH are loaded here, as EVALSHA's NOSCRIPT fallback would do on
-    first use; 503 when Redis cannot be reached or a script cannot be loaded, and 503
+    """Redis answers and has every engine script loaded (as a function, or in its script cache).
+    Scripts missing after a restart that lost them, FUNCTION FLUSH or SCRIPT FLUSH are loaded here,
+    as a call would load its own on first use; 503 when Redis cannot be reached or a script cannot
+    be loaded, and 503
     ``redis_data_lost`` once this process has seen Redis lose its data (engine/core/epoch.py: the data
     epoch marker vanished or changed), until it is restarted. Then 503 ``no_sweeper`` unless a
     sweeper ticked within ``GHOSTLESS_READY_SWEEPER_AGE`` seconds (none ever ran counts as none)."""
@@ -55,4 +56,4 @@ def readyz():
         seen = "no sweeper has ever ticked" if age is None else f"the last sweeper tick was {age:.1f} s ago"
         log.warning("not ready: %s (GHOSTLESS_READY_SWEEPER_AGE %g s)", seen, limit)
         return error_response(503, "no_sweeper", f"{seen} (limit {limit:g} s): start `ghostless sweeper`")
-    return jsonify(status="ok", scripts=len(script_shas()), loaded_now=loaded, sweeper_age=age)
+    return jsonify(status="ok", scripts=len(SCRIPTS), loaded_now=loaded, sweeper_age=age)

@@ -2,9 +2,9 @@
 
 Every script's keys share one queue's hash tag (engine/core/keys.py), so each script runs on one
 shard. redis-py's cluster pipeline refuses EVALSHA; ``ScriptBatch`` sends a batch of script calls
-through it as raw EVALSHA commands instead (one round trip per shard), and runs a script again
-through its Script object where a shard lacks it (NOSCRIPT: a replica promoted after a failover
-has an empty script cache), which loads it there.
+through it as raw commands instead (one round trip per shard; on one Redis through its pipeline),
+and runs a script again through its call where a server lacks it (NOSCRIPT: a replica promoted
+after a failover has an empty script cache), which loads it there.
 
 A write that waits for replicas (``Config.wait_replicas``) needs its WAIT on the connection that
 ran the script, which the cluster client cannot give (it sends a keyless WAIT to any node):
@@ -14,19 +14,31 @@ each slot owner (scripts.py, the one place that runs Lua, sends the pipeline: ``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
-from redis.commands.core import Script
 from redis.exceptions import (
     AskError,
     ConnectionError as RedisConnectionError,
     MovedError,
-    NoScriptError,
     TimeoutError as RedisTimeoutError,
 )
+
+
+class Script(Protocol):
+    """One script as the runners send it (engine/core/functions.py LuaCall)."""
+
+    def command(self, keys: Sequence, args: Sequence) -> tuple:
+        """The command that runs it."""
+
+    def missing(self, reply) -> bool:
+        """Whether ``reply`` says it did not run because its server lacks it."""
+
+    def __call__(self, keys: Sequence = (), args: Sequence = (), client=None) -> Any:
+        """Its reply, run alone (loaded first where missing)."""
+
 
 #: (script, keys, args): one script call; its first key names the slot it runs on
 Call = tuple[Script, Sequence, Sequence]
@@ -51,34 +63,28 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, (RedisCluster, AsyncRedisCluster))
 
 
-def batch(client, scripts: Iterable[Script], lua: Lua):
-    """A pipeline for script calls (``script(keys, args, client=batch)``) and ``execute()``:
-    redis-py's own on one Redis, a ScriptBatch on a cluster."""
-    return ScriptBatch(client, scripts, lua) if is_cluster(client) else client.pipeline(transaction=False)
-
-
 class ScriptBatch:
-    """Script calls queued for a cluster client. ``Script.__call__`` sends ``evalsha`` here;
-    ``execute`` runs them all and returns their replies in order (the first error raised after
-    every call ran, as a pipeline does)."""
+    """Script calls queued for a client (``script(keys, args, client=batch)`` adds one);
+    ``execute`` runs them all in one pipeline (on a cluster one per shard) and returns their replies
+    in order (the first error raised after every call ran, as a pipeline does). A call its server
+    lacked is loaded and run again after the others: the only case where calls run out of order."""
 
-    def __init__(self, client: RedisCluster, scripts: Iterable[Script], lua: Lua):
+    def __init__(self, client, lua: Lua):
         self._client, self._lua = client, lua
-        self._scripts = {s.sha: s for s in scripts}
         self._calls: list[Call] = []
 
-    def evalsha(self, sha: str, numkeys: int, *keys_and_args) -> ScriptBatch:
-        self._calls.append((self._scripts[sha], keys_and_args[:numkeys], keys_and_args[numkeys:]))
+    def add_call(self, script: Script, keys: Sequence, args: Sequence) -> ScriptBatch:
+        self._calls.append((script, keys, args))
         return self
 
     def execute(self) -> list:
         calls, self._calls = self._calls, []
-        pipe = self._client.pipeline()
+        pipe = self._client.pipeline() if is_cluster(self._client) else self._client.pipeline(transaction=False)
         for script, keys, args in calls:
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            pipe.execute_command(*script.command(keys, args))
         replies = pipe.execute(raise_on_error=False) if calls else []
         out = [
-            script(keys=keys, args=args) if isinstance(reply, NoScriptError) else reply  # loads it on that shard
+            script(keys=keys, args=args) if script.missing(reply) else reply  # loads it on that server
             for (script, keys, args), reply in zip(calls, replies)
         ]
         return _raising_first(out)
@@ -141,7 +147,7 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple, lua: Lua) -> tuple
             for i, reply in zip(indexes, replies):
                 out[i] = reply
                 ask.pop(i, None)
-                if isinstance(reply, NoScriptError):
+                if calls[i][0].missing(reply):
                     lua.load(server, calls[i][0])
                 elif isinstance(reply, MovedError):  # before AskError: redis-py's MovedError is one
                     client.nodes_manager.move_slot(reply)

@@ -47,7 +47,7 @@ def _lua_set(items) -> str:
     return "{" + ", ".join(f"{i} = true" for i in sorted(str(x) for x in items)) + "}"
 
 
-def preamble(verb: str = "") -> str:
+def preamble(verb: str = "", function: bool = False) -> str:
     """Lua constants generated from Python, so the two languages cannot drift.
 
     Everything here runs on every call (EVALSHA caches the compiled chunk, not its tables), so
@@ -59,7 +59,13 @@ def preamble(verb: str = "") -> str:
     sets = ", ".join(f"{s} = '{name}'" for s, name in DEADLINE_SET.items())
     n = len(TaskKeys._fields)
     fields = ", ".join(f"{f} = KEYS[o + {i + 1}]" for i, f in enumerate(TaskKeys._fields))
-    return _base_preamble(codes, legal, sets, n, fields) + (_keys_at() if _uses_keys_at(verb) else "")
+    bind = "" if function else _BIND_EVAL
+    return _base_preamble(codes, legal, sets, n, fields) + bind + (_keys_at() if _uses_keys_at(verb) else "")
+
+
+#: How a script sees its call by EVAL: KEYS and ARGV are globals, and K and CFG are built as the chunk
+#: runs (as a function, ``library`` binds all four on every call).
+_BIND_EVAL = "local K, CFG = taskkeys(0), config()\n"
 
 
 def _uses_keys_at(verb: str) -> bool:
@@ -95,9 +101,10 @@ local T = {n}  -- the task's keys (engine/core/keys.py TaskKeys); a script's ext
 local function taskkeys(o)
   return {{{fields}}}
 end
-local K = taskkeys(0)
-local CFG = {{stream_max = tonumber(ARGV[1]), history_max = tonumber(ARGV[2]),
-  retention_ms = tonumber(ARGV[3]), dispatch_grace_ms = tonumber(ARGV[4])}}
+local function config()
+  return {{stream_max = tonumber(ARGV[1]), history_max = tonumber(ARGV[2]),
+    retention_ms = tonumber(ARGV[3]), dispatch_grace_ms = tonumber(ARGV[4])}}
+end
 """
 
 
@@ -122,9 +129,51 @@ RECORD_TABLES = (
 
 @cache
 def source(name: str) -> str:
-    """The full text EVALSHA runs for script ``name``."""
-    libs = "\n".join((RECORD_TABLES if lib == "record" else "") + _lib_text(lib) for lib in needed_libs(name))
-    return f"{preamble(name)}\n{libs}\n-- lua/{name}.lua\n{(LUA_DIR / f'{name}.lua').read_text()}"
+    """The full text EVALSHA runs for script ``name`` (Redis 6.2, or a server that cannot load a
+    function: engine/core/functions.py)."""
+    return f"{preamble(name)}\n{_libs(name)}\n-- lua/{name}.lua\n{_body(name)}"
+
+
+#: Scripts that write nothing: flagged ``no-writes`` as functions (so they run on a replica and at
+#: maxmemory, called by FCALL_RO) and never followed by WAIT (engine/core/replication.py).
+READ_ONLY = frozenset({"read", "due", "user"})
+#: Top-level locals of lua/lib that a call changes, with the value each call starts from: a function
+#: library keeps its locals from one call to the next, where EVAL built them afresh.
+CALL_STATE = {"RESOLVE_DUE": "false"}
+
+
+@cache
+def library(name: str) -> tuple[str, str]:
+    """(function name, library text) of script ``name`` as a Redis Function (Redis 7).
+
+    The same preamble, helpers and script as ``source``, built once when the library loads instead of
+    on every call: the script's text becomes the body of ``main``, and the registered function binds
+    the call's keys and args (which the text reads as ``KEYS``, ``ARGV``, ``K`` and ``CFG``, now locals
+    of the library) before it calls ``main``. The name ends with a digest of the text, so two
+    releases' libraries live side by side on one server, as two EVALSHA digests do.
+    """
+    libs = _libs(name)
+    reset = "".join(
+        f"  {var} = {value}\n" for var, value in CALL_STATE.items() if re.search(rf"^local {var}\b", libs, re.M)
+    )
+    flags = "{'no-writes'}" if name in READ_ONLY else "{}"
+    text = (
+        "local KEYS, ARGV, K, CFG  -- the call's, bound by the registered function below\n"
+        f"{preamble(name, function=True)}\n{libs}\n-- lua/{name}.lua\nlocal function main()\n{_body(name)}\nend\n"
+        "redis.register_function{function_name = '@NAME@', flags = " + flags + ", callback = function(keys, args)\n"
+        "  KEYS, ARGV = keys, args\n  K, CFG = taskkeys(0), config()\n" + reset + "  return main()\nend}\n"
+    )
+    fname = f"gl_{name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    return fname, f"#!lua name={fname}\n" + text.replace("@NAME@", fname)
+
+
+def _libs(name: str) -> str:
+    return "\n".join((RECORD_TABLES if lib == "record" else "") + _lib_text(lib) for lib in needed_libs(name))
+
+
+@cache
+def _body(name: str) -> str:
+    return (LUA_DIR / f"{name}.lua").read_text()
 
 
 @cache

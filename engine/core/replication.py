@@ -18,9 +18,7 @@ from collections.abc import Sequence
 from .cluster import ScriptBatch
 from .config import Config, ms
 from .errors import RedisSetupError, ReplicationTimeout
-
-#: Scripts that write nothing: never followed by WAIT.
-READ_ONLY = frozenset({"read", "due", "user"})
+from .lua_source import READ_ONLY  # scripts that write nothing: never followed by WAIT
 
 
 class Waiter:
@@ -45,16 +43,13 @@ class Waiter:
         """Whether script ``name`` is followed by WAIT."""
         return self.replicas > 0 and name not in READ_ONLY
 
-    def execute(self, pipe) -> tuple[list, int | None]:
+    def execute(self, pipe: ScriptBatch) -> tuple[list, int | None]:
         """Execute a pipeline of scripts, ended by one WAIT when configured (on a cluster one per
-        shard written to): (raw replies, the fewest replicas that acknowledged them, or None)."""
+        shard written to, on its connection): (raw replies, the fewest replicas that acknowledged
+        them, or None)."""
         if not self.replicas:
             return pipe.execute(), None
-        if isinstance(pipe, ScriptBatch):  # a cluster's: one WAIT per shard, on its connection
-            return pipe.execute_then_wait(self.command)
-        pipe.execute_command(*self.command)
-        raw = pipe.execute()
-        return raw[:-1], int(raw[-1])
+        return pipe.execute_then_wait(self.command)
 
     def check(self, acked: int | None, verb: str, keys: Sequence[str], reply=None) -> None:
         """Raise ReplicationTimeout when fewer than ``wait_replicas`` replicas acknowledged

@@ -1,7 +1,8 @@
 """The one place that runs Lua: one typed wrapper per script, and the runners of described ones.
 
-The scripts' text comes from engine/core/lua_source.py. redis-py's ``Script`` runs each by
-EVALSHA and reloads it on NOSCRIPT (after ``SCRIPT FLUSH`` or a Redis restart). The client
+The scripts' text comes from engine/core/lua_source.py. engine/core/functions.py sends each as a
+Redis Function (FCALL; EVALSHA on a cluster or a Redis without functions) and loads it where the
+server lacks it (after ``FUNCTION FLUSH``, ``SCRIPT FLUSH`` or a restart that lost it). The client
 calls' scripts (submit, cancel, edit, retry, read) are described once, without IO, in
 engine/core/plans.py: ``Scripts.run`` runs a Plan on redis-py, ``AsyncScripts.run`` on
 redis.asyncio (the AsyncEngine), with the same parsing, WAIT and refusals.
@@ -14,10 +15,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError
-
 from . import plans
-from .cluster import Call, batch, is_cluster, run_then_wait
+from .cluster import ScriptBatch, is_cluster, run_then_wait
 from .config import Config
 from .errors import (
     Code,
@@ -28,8 +27,9 @@ from .errors import (
     WrongDispatch,
     refusing_full,
 )
+from .functions import LUA, AsyncLuaCall, LuaCall, ensure_loaded
 from .keys import TaskKeys
-from .lua_source import SCRIPTS, script_shas, source
+from .lua_source import SCRIPTS
 from .models import Lease
 from .plans import Plan, SubmitArgs
 from .replication import Waiter
@@ -43,13 +43,15 @@ class _Runner:
     """What both runners share: the registered scripts, the engine config every script takes
     first, the replicas' WAIT, and the reading of a reply."""
 
+    _lua_call: type[LuaCall] = LuaCall
+
     def __init__(self, redis, config: Config, on_resolve=None):
         self.redis = redis
         #: called with a queue's waiting-set key when a script ended a task others wait on
         self.on_resolve = on_resolve
         self._cfg = config.script_argv()
         self._waiter = Waiter(redis, config)
-        self._scripts = {name: redis.register_script(source(name)) for name in SCRIPTS}
+        self._scripts = {name: self._lua_call(redis, name) for name in SCRIPTS}
 
     def _parse(self, keys: Sequence[str], raw) -> tuple[list, str | None]:
         """The parsed reply, and the waiting-set key to resolve (``on_resolve``, before the WAIT's
@@ -95,19 +97,14 @@ class Scripts(_Runner):
         return plan.check(self._call(plan.name, plan.keys, plan.args, via=via))
 
     def ensure_loaded(self) -> list[str]:
-        """Load the scripts Redis's script cache lacks (after a restart or SCRIPT FLUSH; EVALSHA
-        would reload them on first use anyway). Returns the names it loaded. Raises redis errors."""
-        shas = script_shas()
-        present = self.redis.script_exists(*shas.values())
-        missing = [name for name, ok in zip(shas, present) if not ok]
-        for name in missing:
-            if self.redis.script_load(source(name)) != shas[name]:
-                raise RuntimeError(f"script {name} loaded under an unexpected sha")
-        return missing
+        """Load the functions (or scripts) Redis lacks, on every primary of a cluster (after a
+        restart that lost them, FUNCTION FLUSH or SCRIPT FLUSH; a call would load its own on first
+        use anyway). Returns the names it loaded. Raises redis errors."""
+        return ensure_loaded(self.redis, list(self._scripts.values()))
 
-    def pipeline(self):
-        """A pipeline for ``client=`` calls (on a cluster a ScriptBatch: a round trip per shard)."""
-        return batch(self.redis, self._scripts.values(), _LUA)
+    def pipeline(self) -> ScriptBatch:
+        """A pipeline for ``client=`` calls (on a cluster a round trip per shard)."""
+        return ScriptBatch(self.redis, LUA)
 
     def replies(self, pipe) -> list[list]:
         """Run a pipeline of ``client=pipe`` calls: their parsed replies, in order (then one WAIT)."""
@@ -298,7 +295,7 @@ class Scripts(_Runner):
         """Tasks by id (engine/core/plans.py ``reads``): one atomic script per queue, all in one
         round trip without MULTI/EXEC, so it reads a Redis at maxmemory too."""
         calls = plans.reads(task_keys, owner, full)
-        if len(calls) == 1:  # EVALSHA itself: one round trip (a pipeline of scripts asks SCRIPT EXISTS first)
+        if len(calls) == 1:  # alone: the coalescing subclass sends it with other callers' reads
             plan = calls[0][1]
             return plans.read_replies(calls, [self._read(plan.name, plan.keys, plan.args)])
         pipe = self.pipeline()
@@ -307,7 +304,7 @@ class Scripts(_Runner):
         return plans.read_replies(calls, [parse(r) for r in (pipe.execute() if calls else [])])
 
     def _read(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list:
-        """The parsed reply of read-only script ``name`` (``user``, ``read``), by EVALSHA; a
+        """The parsed reply of read-only script ``name`` (``user``, ``read``), sent alone; a
         subclass may send it otherwise (web/coalesce.py: in a pipeline with other callers')."""
         return parse(self._scripts[name](keys=list(keys), args=[*self._cfg, *args]))
 
@@ -318,6 +315,8 @@ class AsyncScripts(_Runner):
     ``on_resolve`` is awaited. On a Redis Cluster it refuses ``Config.wait_replicas``: the WAIT
     must go on the connection to the slot owner that ran the script (cluster.run_then_wait), which
     is redis-py's alone so far."""
+
+    _lua_call = AsyncLuaCall
 
     def __init__(self, redis, config: Config, on_resolve=None):
         super().__init__(redis, config, on_resolve)
@@ -351,11 +350,11 @@ class AsyncScripts(_Runner):
 
 
 def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int | None]:
-    """EVALSHA ``script`` then the ``wait`` command on one connection (WAIT counts the writes of
+    """Run ``script`` then the ``wait`` command on one connection (WAIT counts the writes of
     its own connection; on a cluster, one to the primary that owns the keys' slot): (raw reply,
-    replicas that acknowledged). NOSCRIPT, MOVED and ASK are handled in cluster.run_then_wait.
+    replicas that acknowledged). A missing script, MOVED and ASK are handled in cluster.run_then_wait.
     Raises the script's error as a plain call would."""
-    (reply,), acked = run_then_wait(client, [(script, keys, argv)], wait, _LUA)
+    (reply,), acked = run_then_wait(client, [(script, keys, argv)], wait, LUA)
     if isinstance(reply, Exception):
         raise reply
     return reply, acked
@@ -363,37 +362,18 @@ def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any
 
 async def _then_wait_async(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
     """``_then_wait`` on redis.asyncio (one Redis, not a cluster: AsyncScripts refuses it): the
-    script and its WAIT in one pipeline, so on one connection; on NOSCRIPT loaded, sent again."""
+    script and its WAIT in one pipeline, so on one connection; when the server lacked the script,
+    loaded and sent again."""
     for first in (True, False):
         pipe = client.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *argv)
+        pipe.execute_command(*script.command(keys, argv))
         pipe.execute_command(*wait)
         reply, acked = await pipe.execute(raise_on_error=False)
-        if first and isinstance(reply, NoScriptError):
-            await client.script_load(script.script)
+        if first and script.missing(reply):
+            await script.aload(client)
             continue
         break
     for item in (reply, acked):
         if isinstance(item, Exception):
             raise item
     return reply, int(acked)
-
-
-class _Lua:
-    """The raw Lua calls of cluster.run_then_wait (cluster.Lua), made here."""
-
-    def send(self, server, calls: list[Call], asking: bool, wait: tuple) -> list:
-        pipe = server.pipeline(transaction=False)
-        for script, keys, args in calls:
-            if asking:
-                pipe.execute_command("ASKING")
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command(*wait)
-        replies = pipe.execute(raise_on_error=False)
-        return replies[1::2] + replies[-1:] if asking else replies
-
-    def load(self, server, script) -> None:
-        server.script_load(script.script)
-
-
-_LUA = _Lua()

@@ -1,22 +1,18 @@
-"""Scripts survive losing the server's script cache: SCRIPT FLUSH, and a Redis restart.
+"""Scripts survive losing the server's Lua: FUNCTION FLUSH and SCRIPT FLUSH, and a Redis restart.
 
-redis-py's Script runs EVALSHA and reloads on NOSCRIPT (one call at a time and in the
-sweeper's pipelines). SCRIPT FLUSH runs on both backends (fakeredis supports it); the
-restart needs a real redis-server we own, with an fsync'd AOF so nothing is lost.
+engine/core/functions.py sends each script as a function (FCALL) and loads it where the server
+lacks it (one call at a time and in the sweeper's pipelines). The flushes run on both backends
+(fakeredis supports them); the restart needs a real redis-server we own, with an fsync'd AOF so
+nothing is lost: the functions are part of the data it keeps.
 """
 
-import hashlib
-
+import fakeredis
 import pytest
 
 from ghostless import Engine, State
-from ghostless.core.lua_source import source
 from tests.conftest import register_test_types
+from tests.support.lua import forget_lua, function_loaded, loaded, script_cached
 from tests.support.wait import wait_for_server_time
-
-
-def loaded(engine, name: str) -> bool:
-    return engine.redis.script_exists(hashlib.sha1(source(name).encode()).hexdigest())[0]
 
 
 def lifecycle(engine, between):
@@ -50,7 +46,7 @@ def test_every_call_works_after_script_flush(engine):
     flushes = []
 
     def flush():
-        engine.redis.script_flush()
+        forget_lua(engine.redis)
         assert not loaded(engine, "claim") and not loaded(engine, "expire")
         flushes.append(1)
 
@@ -70,7 +66,8 @@ def test_every_call_works_across_redis_restarts_and_nothing_is_lost(private_redi
 
     def restart():
         server.restart()  # SIGKILL: whatever the AOF holds is what survives
-        assert not loaded(engine, "claim")
+        assert function_loaded(engine.redis, "submit")  # kept in the AOF: nothing to load again
+        assert not script_cached(engine.redis, "submit")
         restarts.append(1)
 
     task_id = lifecycle(engine, restart)
@@ -88,3 +85,30 @@ def test_every_call_works_across_redis_restarts_and_nothing_is_lost(private_redi
     assert engine.stats()["images"]["counts"]["SUCCESS"] == 1
     assert len(restarts) == 10
     assert engine.check() == []
+
+
+def test_every_call_works_on_a_server_without_functions():
+    """Redis 6.2 answers FCALL with "unknown command": every script goes by EVALSHA instead."""
+    client = fakeredis.FakeRedis(version=(6, 2))
+    engine = register_test_types(Engine(client, namespace="t", dispatcher=None))
+    task_id = lifecycle(engine, lambda: None)
+    got = engine.get(task_id)
+    assert (got.status, got.attempt, got.result) == (State.SUCCESS, 2, {"url": "s3://cat.png"})
+    assert script_cached(client, "claim") and script_cached(client, "promote")
+    assert engine.check() == []
+
+
+def test_a_function_redis_cannot_load_goes_by_evalsha(private_redis):
+    """FUNCTION LOAD is refused at maxmemory (SCRIPT LOAD is not): a read still answers."""
+    server = private_redis()
+    client = server.client()
+    engine = register_test_types(Engine(client, namespace="t", dispatcher=None))
+    task = engine.submit("render", {"prompt": "a cat"}, owner="alice")
+    forget_lua(client)
+    client.config_set("maxmemory", 1)
+    try:
+        assert engine.get(task.id).status == State.PENDING
+        assert not function_loaded(client, "read") and script_cached(client, "read")
+    finally:
+        client.config_set("maxmemory", 0)
+    assert engine.get(task.id).status == State.PENDING  # and it goes on by EVALSHA in this process

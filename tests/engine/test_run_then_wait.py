@@ -11,6 +11,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError, NoScriptEr
 
 from ghostless.core import cluster
 from ghostless.core.cluster import ATTEMPTS, run_then_wait
+from ghostless.core.functions import LuaCall
+
+
+class FakeScript:
+    """A script call's script: only its reading of a reply matters here (a NOSCRIPT is missing)."""
+
+    missing = staticmethod(LuaCall.missing)
 
 
 class FakeLua:
@@ -49,13 +56,13 @@ def one_owner(monkeypatch):
 def test_after_two_unreachable_sends_a_noscript_is_loaded_and_sent_again(one_owner):
     unreachable = cluster._NotSent(RedisConnectionError("refused"))
     lua = FakeLua([unreachable, unreachable, NoScriptError("NOSCRIPT"), "OK"])
-    replies, acked = run_then_wait(one_owner, [(object(), ["k"], [])], ("WAIT", 1, 100), lua)
+    replies, acked = run_then_wait(one_owner, [(FakeScript(), ["k"], [])], ("WAIT", 1, 100), lua)
     assert replies == ["OK"] and acked == 1 and lua.loads == 1 and lua.sends == 4
 
 
 def test_a_server_that_never_keeps_the_script_is_sent_to_a_bounded_number_of_times(one_owner):
     lua = FakeLua([NoScriptError("NOSCRIPT")] * (2 * ATTEMPTS + 5))
-    replies, acked = run_then_wait(one_owner, [(object(), ["k"], [])], ("WAIT", 1, 100), lua)
+    replies, acked = run_then_wait(one_owner, [(FakeScript(), ["k"], [])], ("WAIT", 1, 100), lua)
     assert isinstance(replies[0], NoScriptError) and acked is None and lua.sends == 2 * ATTEMPTS
 
 
@@ -63,5 +70,5 @@ def test_an_owner_unreachable_on_every_send_raises_its_connection_error(one_owne
     unreachable = cluster._NotSent(RedisConnectionError("refused"))
     lua = FakeLua([unreachable] * (2 * ATTEMPTS))
     with pytest.raises(RedisConnectionError):
-        run_then_wait(one_owner, [(object(), ["k"], [])], ("WAIT", 1, 100), lua)
+        run_then_wait(one_owner, [(FakeScript(), ["k"], [])], ("WAIT", 1, 100), lua)
     assert lua.sends == ATTEMPTS

@@ -1,6 +1,7 @@
 """engine/core/scripts.py is the one place that calls Lua: one typed wrapper per script (or one
-described call in engine/core/plans.py, which Scripts.run and AsyncScripts.run run), and submit's
-positional ARGV named by a NamedTuple whose field order is checked against lua/submit.lua."""
+described call in engine/core/plans.py, which Scripts.run and AsyncScripts.run run), sent by
+engine/core/functions.py alone; and submit's positional ARGV named by a NamedTuple whose field order
+is checked against lua/submit.lua."""
 
 import ast
 import inspect
@@ -10,14 +11,27 @@ from pathlib import Path
 import ghostless
 import ghostless.web
 from ghostless import Config
-from ghostless.core import plans, scripts as scripts_mod
+from ghostless.core import functions, plans, scripts as scripts_mod
 from ghostless.core.lua_source import LUA_DIR, SCRIPTS, preamble
 from ghostless.core.scripts import Scripts, SubmitArgs
 
 PACKAGE_DIRS = [Path(ghostless.__file__).parent, Path(ghostless.web.__file__).parent]
 SCRIPTS_PY = Path(scripts_mod.__file__).resolve()
-#: redis-py's ways of loading and running Lua: only scripts.py may use them
-RAW = {"register_script", "evalsha", "eval", "eval_ro", "evalsha_ro", "script_load", "fcall"}
+SENDERS = {SCRIPTS_PY, Path(functions.__file__).resolve()}
+#: redis-py's ways of loading and running Lua: only scripts.py and functions.py may use them
+RAW = {
+    "register_script",
+    "evalsha",
+    "eval",
+    "eval_ro",
+    "evalsha_ro",
+    "script_load",
+    "fcall",
+    "fcall_ro",
+    "function_load",
+}
+#: the same as raw commands (``execute_command("FCALL", ...)``): only functions.py builds them
+RAW_COMMANDS = {"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO", "FUNCTION"}
 CFG_ARGS = 4  # ARGV[1..4]: the engine config every script takes first (scripts.preamble: CFG)
 
 
@@ -55,9 +69,11 @@ def test_no_generic_or_public_raw_call_remains():
 def test_nothing_outside_scripts_py_calls_lua_raw():
     found = []
     for path, tree in _package_sources():
-        if path == SCRIPTS_PY:
+        if path in SENDERS:
             continue
         for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in RAW_COMMANDS:
+                found.append(f"{path.name}:{node.lineno}: {node.value!r}")
             if not isinstance(node, ast.Attribute):
                 continue
             if node.attr in RAW or (node.attr == "_call" and _names_scripts(node.value)):

@@ -13,9 +13,10 @@ from rq import Worker
 
 from ghostless import Engine, State
 from ghostless.core.app import AppError
-from ghostless.core.lua_source import script_shas
+from ghostless.core.lua_source import SCRIPTS
 from ghostless.execution.rq_dispatch import RQDispatcher
 from ghostless.web import create_app
+from tests.support.lua import forget_lua, loaded
 from tests.support.redis_server import free_port
 from tests.support.wait import wait_for_server_time, wait_until
 
@@ -344,11 +345,11 @@ def test_healthz_answers_without_authentication(client):
     assert client.get("/healthz").get_json() == {"status": "ok"}
 
 
-def test_readyz_loads_scripts_missing_from_the_cache(client, engine):
-    engine.redis.script_flush()
+def test_readyz_loads_scripts_the_server_lacks(client, engine):
+    forget_lua(engine.redis)
     first = client.get("/readyz")
     assert first.status_code == 200 and len(first.get_json()["loaded_now"]) == first.get_json()["scripts"]
-    assert all(engine.redis.script_exists(*script_shas().values()))
+    assert all(loaded(engine, name) for name in SCRIPTS)
     assert client.get("/readyz").get_json()["loaded_now"] == []
 
 

@@ -15,6 +15,7 @@ from ghostless.web import coalesce, queries as wq
 from ghostless.web.coalesce import CoalescedScripts, Coalescer
 from ghostless.web.pool import bounded_engine
 from tests.conftest import register_test_types
+from tests.support.lua import forget_lua
 from tests.support.wait import wait_until
 
 from .helpers import task_in
@@ -107,7 +108,7 @@ def test_a_commands_own_error_goes_to_its_caller_only(engine):
 
 def test_a_script_the_server_has_forgotten_is_loaded_and_answered(engine, tokens):
     web = bounded_engine(engine, 2, 10.0)
-    web.redis.script_flush()
+    forget_lua(web.redis)
     assert web.users.authenticate(tokens["alice"]).name == "alice"
     assert web.scripts.credentials.pipelines == 1
 
