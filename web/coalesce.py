@@ -114,10 +114,11 @@ class Coalescer:
         replies = pipe.execute(raise_on_error=False)
         self.pipelines += 1
         for call, reply in zip(batch, replies):
-            if call.script is not None and call.script[0].missing(reply):
+            if call.script is not None:
                 script, keys, args = call.script
+                again = script if script.missing(reply) else script.fallback(reply)
                 try:
-                    reply = script(keys=keys, args=args)  # loads it, then runs it
+                    reply = reply if again is None else again(keys=keys, args=args)  # loads it, then runs it
                 except redis.RedisError as e:
                     reply = e
             call.settle(reply)

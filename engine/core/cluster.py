@@ -36,6 +36,9 @@ class Script(Protocol):
     def missing(self, reply) -> bool:
         """Whether ``reply`` says it did not run because its server lacks it."""
 
+    def fallback(self, reply) -> Script | None:
+        """The call to send instead when ``reply`` refused it before it ran, else None."""
+
     def __call__(self, keys: Sequence = (), args: Sequence = (), client=None) -> Any:
         """Its reply, run alone (loaded first where missing)."""
 
@@ -53,8 +56,9 @@ class Lua(Protocol):
         """One pipeline on ``server`` (one connection, in order, no MULTI): each call (after
         ASKING when ``asking``) then ``wait``; the calls' replies then WAIT's, errors in place."""
 
-    def load(self, server, script: Script) -> None:
-        """Load ``script`` into ``server``'s script cache."""
+    def load(self, server, script: Script) -> Script:
+        """Load ``script`` into ``server``; the call to send again there (``script``, or the same
+        script sent another way)."""
 
 
 def is_cluster(client: object) -> bool:
@@ -83,10 +87,10 @@ class ScriptBatch:
         for script, keys, args in calls:
             pipe.execute_command(*script.command(keys, args))
         replies = pipe.execute(raise_on_error=False) if calls else []
-        out = [
-            script(keys=keys, args=args) if script.missing(reply) else reply  # loads it on that server
-            for (script, keys, args), reply in zip(calls, replies)
-        ]
+        out = []
+        for (script, keys, args), reply in zip(calls, replies):
+            again = script if script.missing(reply) else script.fallback(reply)
+            out.append(reply if again is None else again(keys=keys, args=args))  # loads it where missing
         return _raising_first(out)
 
     def execute_then_wait(self, wait: tuple) -> tuple[list, int | None]:
@@ -112,14 +116,16 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple, lua: Lua) -> tuple
     calls that ran (None when none ran).
 
     A call is sent again only where nothing ran, ``ATTEMPTS`` times in all, and once more after each
-    NOSCRIPT (the script is loaded on that server first: a promoted replica's cache is empty; at
-    most 2 x ATTEMPTS sends), MOVED (the slot map takes the new owner it names), ASK (sent to the
+    NOSCRIPT or missing function (the script is loaded on that server first: a promoted replica's
+    script cache is empty) or a function refused at maxmemory (sent by EVALSHA instead: at most
+    2 x ATTEMPTS sends), MOVED (the slot map takes the new owner it names), ASK (sent to the
     node named, after ASKING: a slot being migrated), or an owner that could not be reached before
     anything was sent (the slot map is refreshed: after a failover its replica may serve the slot).
     TRYAGAIN (a multi-key script while its slot's keys are being migrated) is raised, as other
     errors are. A connection lost after sending is raised, the slot map refreshed for the next
     call: the script may have run, and a state-changing script is never sent twice on a guess.
     """
+    calls = list(calls)  # a call may be sent again another way (Script.fallback, Lua.load)
     out: list[Any] = [None] * len(calls)
     pending, ask = list(range(len(calls))), dict[int, str]()
     acked: int | None = None
@@ -147,8 +153,11 @@ def run_then_wait(client, calls: Sequence[Call], wait: tuple, lua: Lua) -> tuple
             for i, reply in zip(indexes, replies):
                 out[i] = reply
                 ask.pop(i, None)
-                if calls[i][0].missing(reply):
-                    lua.load(server, calls[i][0])
+                script, keys, args = calls[i]
+                if script.missing(reply):
+                    calls[i] = (lua.load(server, script), keys, args)
+                elif (twin := script.fallback(reply)) is not None:
+                    calls[i] = (twin, keys, args)
                 elif isinstance(reply, MovedError):  # before AskError: redis-py's MovedError is one
                     client.nodes_manager.move_slot(reply)
                     counted = True

@@ -9,8 +9,10 @@ Calls go by EVALSHA instead
 - on a Redis Cluster client: redis-py sends ``COMMAND GETKEYS`` before each FCALL to find its slot
   (an extra round trip per call), where it reads EVALSHA's keys itself;
 - on a server without functions (Redis 6.2 answers FCALL with "unknown command");
-- once a library could not be loaded (FUNCTION LOAD is refused at maxmemory, SCRIPT LOAD is not;
-  a library Redis rejects is logged): that script, for the rest of the process.
+- for a user whose ACL allows EVALSHA but not FCALL or FUNCTION LOAD;
+- for one call, at maxmemory: a function that may write is refused before it runs, where by
+  EVALSHA a call that ends up writing nothing (a replay, a refusal) still answers (``fallback``);
+  and FUNCTION LOAD is refused there too, where SCRIPT LOAD is not.
 
 A call that did not run because its server lacks what it names (a function after FUNCTION FLUSH
 or on a new, empty server; a script after SCRIPT FLUSH or a restart) is loaded and sent again:
@@ -20,10 +22,11 @@ ones that send Lua.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, OutOfMemoryError, ResponseError
 
 from .cluster import Call, is_cluster
 from .lua_source import READ_ONLY, SCRIPTS, library, source
@@ -33,8 +36,8 @@ log = logging.getLogger("ghostless")
 
 
 class LuaCall:
-    """Script ``name`` on ``client`` (redis-py): ``call(keys, args)`` for its reply, ``command`` and
-    ``missing`` / ``load`` for a caller that sends it in a pipeline of its own."""
+    """Script ``name`` on ``client`` (redis-py): ``call(keys, args)`` for its reply; ``command``,
+    ``missing`` / ``load`` and ``fallback`` for a caller that sends it in a pipeline of its own."""
 
     def __init__(self, client, name: str):
         self.redis, self.name = client, name
@@ -43,6 +46,7 @@ class LuaCall:
         self.script = client.register_script(source(name))
         self.fcall = not is_cluster(client)
         self._verb = "FCALL_RO" if name in READ_ONLY else "FCALL"
+        self._twin: LuaCall | None = None
 
     @property
     def sha(self) -> str:
@@ -57,29 +61,53 @@ class LuaCall:
     @staticmethod
     def missing(reply) -> bool:
         """Whether ``reply`` is the error of a call that did not run because its server lacks the
-        function or script it names, or has no functions at all."""
+        function or script it names, or has no functions (or lets this user call none)."""
         if isinstance(reply, NoScriptError):
             return True
         text = str(reply).lower() if isinstance(reply, ResponseError) else ""
-        return text.startswith("function not found") or (text.startswith("unknown command") and "fcall" in text)
+        return text.startswith("function not found") or ("fcall" in text and _no_functions(reply))
 
-    def load(self, server) -> None:
-        """Load what ``command`` names into ``server``, so that it runs there when sent again: the
-        library, or the script once the library cannot be loaded (then EVALSHA from now on)."""
+    def fallback(self, reply):
+        """The call to send instead when ``reply`` refused this one before it ran, else None.
+
+        A function that may write is refused whole at maxmemory; by EVALSHA the same script runs
+        until its first write, so a call that writes nothing (a replay, a refusal) still answers,
+        as it did before scripts were functions."""
+        if self.fcall and isinstance(reply, OutOfMemoryError):
+            return self.by_evalsha()
+        return None
+
+    def by_evalsha(self):
+        """This script, sent by EVALSHA."""
+        if self._twin is None:
+            self._twin = copy.copy(self)
+            self._twin.fcall = False
+        return self._twin
+
+    def load(self, server):
+        """Load what ``command`` names into ``server``; returns the call to send again there: this
+        one, or by EVALSHA when the server refuses the library for now (maxmemory). On a server
+        without functions, or a user who may not load or call them, every later call of this
+        script goes by EVALSHA. Other refusals (a library Redis rejects) are raised."""
         if self.fcall:
             try:
                 server.function_load(self.library)
-                return
+                return self
             except ResponseError as e:
                 if "already exists" in str(e):  # loaded meanwhile by another process
-                    return
-                self._by_evalsha(e)
+                    return self
+                if isinstance(e, OutOfMemoryError):
+                    server.script_load(self.script.script)
+                    return self.by_evalsha()
+                self._no_functions_here(e)
         server.script_load(self.script.script)
+        return self
 
-    def _by_evalsha(self, error: Exception) -> None:
+    def _no_functions_here(self, error: ResponseError) -> None:
+        if not _no_functions(error):
+            raise error
         self.fcall = False
-        known = str(error).lower().startswith(("unknown command", "oom"))
-        log.log(logging.INFO if known else logging.WARNING, "%s goes by EVALSHA: %s", self.function, error)
+        log.info("%s goes by EVALSHA from now on: %s", self.function, error)
 
     def __call__(self, keys: Sequence = (), args: Sequence = (), client=None):
         """The reply of the script run on ``client`` (this one's by default); on a pipeline or a
@@ -93,27 +121,32 @@ class LuaCall:
         try:
             return client.execute_command(*self.command(keys, args))
         except ResponseError as e:
-            if not self.missing(e):
+            again = self.fallback(e) or (self.load(client) if self.missing(e) else None)
+            if again is None:
                 raise
-            self.load(client)
-        if not self.fcall:
-            return self.script(keys=keys, args=args, client=client)
-        return client.execute_command(*self.command(keys, args))
+        if not again.fcall:
+            return again.script(keys=keys, args=args, client=client)
+        return client.execute_command(*again.command(keys, args))
 
 
 class AsyncLuaCall(LuaCall):
     """``LuaCall`` on redis.asyncio (or fakeredis.aioredis): ``await call(keys, args)``."""
 
-    async def aload(self, server) -> None:
+    async def aload(self, server):
+        """``load`` on redis.asyncio."""
         if self.fcall:
             try:
                 await server.function_load(self.library)
-                return
+                return self
             except ResponseError as e:
                 if "already exists" in str(e):
-                    return
-                self._by_evalsha(e)
+                    return self
+                if isinstance(e, OutOfMemoryError):
+                    await server.script_load(self.script.script)
+                    return self.by_evalsha()
+                self._no_functions_here(e)
         await server.script_load(self.script.script)
+        return self
 
     async def __call__(self, keys: Sequence = (), args: Sequence = (), client=None):
         client = self.redis if client is None else client
@@ -123,12 +156,17 @@ class AsyncLuaCall(LuaCall):
         try:
             return await client.execute_command(*self.command(keys, args))
         except ResponseError as e:
-            if not self.missing(e):
+            again = self.fallback(e) or (await self.aload(client) if self.missing(e) else None)
+            if again is None:
                 raise
-            await self.aload(client)
-        if not self.fcall:
-            return await self.script(keys=keys, args=args, client=client)
-        return await client.execute_command(*self.command(keys, args))
+        if not again.fcall:
+            return await again.script(keys=keys, args=args, client=client)
+        return await client.execute_command(*again.command(keys, args))
+
+
+def _no_functions(error) -> bool:
+    """Whether ``error`` says the server has no functions (Redis 6.2) or this user may not use them."""
+    return isinstance(error, NoPermissionError) or str(error).lower().startswith("unknown command")
 
 
 def ensure_loaded(client, calls: list[LuaCall]) -> list[str]:
@@ -169,8 +207,8 @@ class _Lua:
         replies = pipe.execute(raise_on_error=False)
         return replies[1::2] + replies[-1:] if asking else replies
 
-    def load(self, server, script) -> None:
-        script.load(server)
+    def load(self, server, script):
+        return script.load(server)
 
 
 def _servers(client) -> list:

@@ -362,17 +362,17 @@ def _then_wait(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any
 
 async def _then_wait_async(script, keys: list, argv: list, client, wait: tuple) -> tuple[Any, int]:
     """``_then_wait`` on redis.asyncio (one Redis, not a cluster: AsyncScripts refuses it): the
-    script and its WAIT in one pipeline, so on one connection; when the server lacked the script,
-    loaded and sent again."""
+    script and its WAIT in one pipeline, so on one connection; when the server lacked the script
+    (or refused it before it ran: LuaCall.fallback), loaded and sent again."""
     for first in (True, False):
         pipe = client.pipeline(transaction=False)
         pipe.execute_command(*script.command(keys, argv))
         pipe.execute_command(*wait)
         reply, acked = await pipe.execute(raise_on_error=False)
-        if first and script.missing(reply):
-            await script.aload(client)
-            continue
-        break
+        again = (await script.aload(client) if script.missing(reply) else script.fallback(reply)) if first else None
+        if again is None:
+            break
+        script = again
     for item in (reply, acked):
         if isinstance(item, Exception):
             raise item

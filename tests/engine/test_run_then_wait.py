@@ -19,6 +19,9 @@ class FakeScript:
 
     missing = staticmethod(LuaCall.missing)
 
+    def fallback(self, reply):
+        return None
+
 
 class FakeLua:
     """Each send answers with the next of ``answers``: a _NotSent is raised (the owner was not
@@ -36,6 +39,7 @@ class FakeLua:
 
     def load(self, server, script):
         self.loads += 1
+        return script
 
 
 class FakeCluster:
