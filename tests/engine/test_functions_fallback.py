@@ -14,6 +14,7 @@ from ghostless import Engine, State
 from ghostless.core.errors import Code
 from ghostless.core.functions import LuaCall
 from tests.conftest import register_test_types
+from tests.support.redis_server import FullRedis
 
 
 @pytest.fixture
@@ -34,17 +35,9 @@ def engine(request, server):
 
 @pytest.fixture
 def full(server):
-    """maxmemory 1 byte under noeviction: every write refused while active."""
+    """Makes the private Redis full (maxmemory 1 byte: every write refused) while active."""
     client = server.client()
-
-    class Full:
-        def __enter__(self):
-            client.config_set("maxmemory", 1)
-
-        def __exit__(self, *exc):
-            client.config_set("maxmemory", 0)
-
-    yield Full()
+    yield FullRedis(client)
     client.close()
 
 

@@ -7,6 +7,7 @@ import redis
 from ghostless import Config, Engine, GhostlessError, RedisFull, State
 from tests.conftest import register_test_types
 from tests.support.fakes import FakeDispatcher
+from tests.support.redis_server import FullRedis
 from tests.support.snapshots import raw_task, snapshot
 from tests.support.wait import server_ms, wait_for_server_time
 
@@ -20,15 +21,7 @@ def server(private_redis):
 def full(server):
     """Makes the private Redis full (maxmemory 1 byte: every write refused) while active."""
     client = server.client()
-
-    class Full:
-        def __enter__(self):
-            client.config_set("maxmemory", 1)
-
-        def __exit__(self, *exc):
-            client.config_set("maxmemory", 0)
-
-    yield Full()
+    yield FullRedis(client)
     client.close()
 
 

@@ -108,3 +108,17 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class FullRedis:
+    """The Redis of ``client`` full while inside: maxmemory 1 byte under noeviction, so every write
+    command is refused (as are functions that may write). Reusable."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __enter__(self):
+        self.client.config_set("maxmemory", 1)
+
+    def __exit__(self, *exc):
+        self.client.config_set("maxmemory", 0)
