@@ -102,7 +102,7 @@ local function taskkeys(o)
   return {{{fields}}}
 end
 local function config()
-  return {{stream_max = tonumber(ARGV[1]), history_max = tonumber(ARGV[2]),
+  return {{stream_max = ARGV[1], history_max = tonumber(ARGV[2]),  -- stream_max: XADD's text
     retention_ms = tonumber(ARGV[3]), dispatch_grace_ms = tonumber(ARGV[4])}}
 end
 """
@@ -139,7 +139,7 @@ def source(name: str) -> str:
 READ_ONLY = frozenset({"read", "due", "user"})
 #: Top-level locals of lua/lib that a call changes, with the value each call starts from: a function
 #: library keeps its locals from one call to the next, where EVAL built them afresh.
-CALL_STATE = {"RESOLVE_DUE": "false"}
+CALL_STATE = {"RESOLVE_DUE": "false", "NOW_MS": "nil", "NOW_TEXT": "nil"}
 
 
 @cache

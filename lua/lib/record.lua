@@ -31,7 +31,7 @@ end
 -- are left out when no other field follows.
 local function history_text(kind, now, ev)
   local transition = kind == 'transition'
-  local parts = {now, transition and '' or kind}
+  local parts = {numtext(now), transition and '' or kind}
   for i = 3, #HL do
     local name = HL[i]
     local v = ev[name]
@@ -60,7 +60,7 @@ end
 -- their short names.
 local function emit(K, t, kind, now, ev, hist)
   local fields = {'id', t.id, 'kind', kind, 'owner', t.owner, 'type', t.type,
-    'version', t.version, 'at', now}
+    'version', t.version, 'at', numtext(now)}
   for _, k in ipairs(STREAM_FIELDS) do  -- the one layout of engine/core/streams.py STREAM_LAYOUT
     fields[#fields + 1] = k
     fields[#fields + 1] = ev[k] or ''
@@ -96,8 +96,8 @@ local function place(K, t, from, to, score, now, passing)
   -- except that a task returning from a lost attempt (t.front) goes to the head of its priority.
   if from == 'QUEUED' and not t.keep_place then redis.call('ZREM', K.ready, id) end
   if to == 'QUEUED' and not t.keep_place then
-    local seq = PRIORITY_SPAN / 2 + redis.call('HINCRBY', K.counts, 'dispatch_seq', 1)
-    if t.front then seq = PRIORITY_SPAN / 2 - redis.call('HINCRBY', K.counts, 'front_seq', 1) end
+    local seq = PRIORITY_SPAN / 2 + redis.call('HINCRBY', K.counts, 'dispatch_seq', '1')
+    if t.front then seq = PRIORITY_SPAN / 2 - redis.call('HINCRBY', K.counts, 'front_seq', '1') end
     redis.call('ZADD', K.ready, -tonumber(t.priority or 0) * PRIORITY_SPAN + seq, id)
   end
   if old and old ~= new then redis.call('ZREM', K[old], id) end
@@ -109,7 +109,7 @@ local function place(K, t, from, to, score, now, passing)
   -- An entry of the ended line stays: the purge finds it stale (lua/purge.lua) and drops it.
   if from and TERMINAL[from] and not t.passing then redis.call('ZREM', K.expiry, id) end
   if new then
-    redis.call('ZADD', K[new], score, id)
+    redis.call('ZADD', K[new], numtext(score), id)
     -- Due sooner than a sleeping sweeper may next look (engine/config.py WAKE_WITHIN): wake it, on
     -- the channel named after the set (engine/sweep.py listens). Not for "due now": the caller acts.
     if score > now and score - now < WAKE_WITHIN_MS then redis.call('PUBLISH', K[new], score) end
@@ -123,7 +123,7 @@ local function place(K, t, from, to, score, now, passing)
     -- Tasks still waiting on this one are due for a look at their parents now.
     for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do
       if redis.call('ZSCORE', K.waiting, kid) then
-        redis.call('ZADD', K.waiting, now, kid)
+        redis.call('ZADD', K.waiting, numtext(now), kid)
         RESOLVE_DUE = true
       end
     end
@@ -134,7 +134,7 @@ end
 local function close_stage(K, t, now)
   if t.stage and t.stage ~= '' then
     redis.call('HINCRBY', K.stats, 'stage_ms:' .. t.stage, now - t.stage_since)
-    redis.call('HINCRBY', K.stats, 'stage_n:' .. t.stage, 1)
+    redis.call('HINCRBY', K.stats, 'stage_n:' .. t.stage, '1')
   end
 end
 
@@ -162,7 +162,7 @@ local function observe(K, name, ms, total)
   for _, b in ipairs(BUCKETS_MS) do
     if ms <= b then bound = b break end
   end
-  redis.call('HINCRBY', K.stats, name .. '_h:' .. bound, 1)
+  redis.call('HINCRBY', K.stats, name .. '_h:' .. bound, '1')
   if total then redis.call('HINCRBY', K.stats, name .. '_ms', ms) end
 end
 
@@ -182,10 +182,10 @@ local function wait_lines(K, t, from, to, now, fields)
   end
   if to == 'PENDING' then
     if (fields.waiting_on or t.waiting_on) ~= '1' then
-      redis.call('ZADD', K.pending_since, math.max(now, tonumber(fields.not_before or t.not_before or 0)), t.id)
+      redis.call('ZADD', K.pending_since, numtext(math.max(now, tonumber(fields.not_before or t.not_before or 0))), t.id)
     end
   elseif to == 'QUEUED' then
-    redis.call('ZADD', K.queued_since, since or now, t.id)
+    redis.call('ZADD', K.queued_since, numtext(since or now), t.id)
   elseif to == 'PROCESSING' and since then
     observe(K, 'wait', now - math.max(since, tonumber(t.not_before or 0)), true)
   end
@@ -207,7 +207,7 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
   -- state_counts), so a move costs one HINCRBY where a counter per figure cost three. After a write
   -- Redis refuses when full: a script's first write must be one (a ZREM is allowed, and would let
   -- the rest of the script write past maxmemory).
-  redis.call('HINCRBY', K.counts, (from or '') .. '>' .. to, 1)
+  redis.call('HINCRBY', K.counts, (from or '') .. '>' .. to, '1')
   if from then redis.call('HINCRBY', K.stats, 'tis_ms:' .. from, now - t.state_since) end
   wait_lines(K, t, from, to, now, fields)
   place(K, t, from, to, score, now, passing)
@@ -289,8 +289,8 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
   f.progress = 0
   f.created_at = now
   body_new(K, args_json)
-  redis.call('ZADD', K.index, now, f.id)
-  redis.call('ZADD', owner_index, now, f.id)
+  redis.call('ZADD', K.index, numtext(now), f.id)
+  redis.call('ZADD', owner_index, numtext(now), f.id)
   local first = watch_time(f)
   if first then redis.call('ZADD', K.watch, first, f.id) end
   local expires_at = tonumber(f.expires_at) or 0

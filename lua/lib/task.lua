@@ -42,7 +42,7 @@ local function save_task(key, t, fields)
       t[k] = nil
     else
       args[#args + 1] = k
-      args[#args + 1] = v
+      args[#args + 1] = v == NOW_MS and NOW_TEXT or v
       t[k] = v
     end
   end
@@ -75,19 +75,19 @@ end
 
 -- The args JSON (false when the task has none: it is gone).
 local function body_args(K)
-  return redis.call('LINDEX', K.body, 0) or redis.call('GET', K.args)
+  return redis.call('LINDEX', K.body, '0') or redis.call('GET', K.args)
 end
 
 -- The result JSON, or false before SUCCESS.
 local function body_result(K)
-  local result = redis.call('LINDEX', K.body, 1)
+  local result = redis.call('LINDEX', K.body, '1')
   if result == false then return redis.call('GET', K.result) end
   return result ~= '' and result
 end
 
 local function body_set_result(K, result_json)
   -- One command for a task with a body: only a task from before it has none ("no such key").
-  if redis.pcall('LSET', K.body, 1, result_json).err then redis.call('SET', K.result, result_json) end
+  if redis.pcall('LSET', K.body, '1', result_json).err then redis.call('SET', K.result, result_json) end
 end
 
 -- The history entries, oldest first.
@@ -113,7 +113,7 @@ end
 
 -- The entry of task `id` that ended at `ended` ms (kept until `kept` ms, when given).
 local function ended_entry(id, ended, kept)
-  return id .. ' ' .. ended .. (kept and ' ' .. kept or '')
+  return id .. ' ' .. numtext(ended) .. (kept and ' ' .. kept or '')
 end
 
 -- id, ended ms, kept-until ms (nil when not kept) of an entry.

@@ -1,7 +1,22 @@
 --- Server time. The only clock any script reads: Redis TIME, in milliseconds.
 -- Writes after TIME replicate as effects: the default since Redis 5 (the engine needs 6.2).
 
+-- The call's time (now_ms) and its text, taken from TIME's own: Redis formats every number given to
+-- redis.call (snprintf "%.17g", about 0.5 us each: docs/performance.md), and a call writes its time
+-- several times (state_since, a deadline set's score, the stream entry, the history entry).
+-- engine/core/lua_source.py CALL_STATE starts each call without them.
+local NOW_MS = nil
+local NOW_TEXT = nil
+
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  NOW_TEXT = t[1] .. string.sub('00000' .. t[2], -6, -4)  -- seconds, then the first 3 of the 6 digits of the microseconds
+  NOW_MS = tonumber(NOW_TEXT)
+  return NOW_MS
+end
+
+-- `v` as written to Redis: the call's time as its text, anything else as it is.
+local function numtext(v)
+  if v == NOW_MS then return NOW_TEXT end
+  return v
 end
