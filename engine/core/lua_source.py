@@ -20,7 +20,6 @@ from .errors import Code
 from .keys import BODY_HISTORY, TASK_OWN_KEYS, TaskKeys
 from .models import HISTORY_LAYOUT, HISTORY_NAMES, IMPLIED
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
-from .streams import STREAM_LAYOUT
 
 # package data: a real folder installed, editable or in a checkout
 LUA_DIR = Path(str(resources.files("ghostless.lua")))
@@ -108,8 +107,8 @@ end
 """
 
 
-#: For lua/lib/record.lua only, before its text: the short names of history entries' fields and the
-#: stream entries' field layout, as literals (a table built in a loop would be built on every call).
+#: For lua/lib/record.lua only, before its text: the layout and short names of history entries' fields
+#: (a stream entry's event line is one too), and the states their verbs imply, as literals.
 RECORD_TABLES = (
     "local HN = {" + ", ".join(f"{long} = '{short}'" for long, short in HISTORY_NAMES.items()) + "}"
     "  -- engine/core/models.py HISTORY_NAMES\n"
@@ -121,9 +120,6 @@ RECORD_TABLES = (
         for name, by_verb in IMPLIED.items()
     )
     + "}  -- engine/core/models.py IMPLIED (states.py implied)\n"
-    "local STREAM_FIELDS = {" + ", ".join(f"'{f}'" for f in STREAM_LAYOUT) + "}"
-    "  -- engine/core/streams.py STREAM_LAYOUT\n"
-    f"local IN_LAYOUT = {_lua_set(STREAM_LAYOUT)}\n"
 )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from redis.crc import key_slot
 
 from ghostless.core.cluster import is_cluster
+from ghostless.core.models import history_entry
 from ghostless.core.states import State
 from ghostless.core.text import text
 
@@ -63,21 +64,22 @@ def follow_streams(client, streams: dict[str, str], count: int, block_ms: int) -
         time.sleep(POLL_MS / 1000)
 
 
-#: The fields of every stream entry after id, kind, owner, type, version and at: all of them, in
-#: this order, '' where the event has none; an event's other fields follow (lua/lib/record.lua
-#: ``emit``; engine/core/lua_source.py hands this to Lua). Redis keeps an entry that has its node's
-#: first entry's fields as its values alone, so one layout for every kind stores the names once per
-#: node instead of once per entry. ``stream_event`` drops the empty ones.
-STREAM_LAYOUT = (
-    "verb", "from", "to", "attempt", "stage", "worker", "reason", "by", "token", "from_stage", "progress", "message",
-    "error_kind",
-)  # fmt: skip
+#: The fields of a stream entry (lua/lib/record.lua ``emit``): the task's id, owner, type and version,
+#: then the event itself as one line in the form of a history entry (engine/core/models.py
+#: ``history_entry`` reads both). The same five for every event: Redis keeps an entry that has its
+#: node's first entry's fields as its values alone. An entry written before these lines has the
+#: event's fields as fields of its own (``kind``, ``at``, ``verb``, ...); it reads the same.
+STREAM_FIELDS = ("id", "owner", "type", "version", "e")
 
 
 def stream_event(queue: str, stream_id, fields: dict) -> dict:
     """A stream entry (lua/lib/record.lua ``emit``) as the JSON the web sends."""
-    # record.lua writes every field of its layout, '' where the event has none
+    # an entry of an earlier release wrote every field of its layout, '' where the event had none
     f = {text(k): text(v) for k, v in fields.items() if v not in (b"", "")}
+    if "e" in f:
+        line = history_entry(f.pop("e"))
+        line["at"] = str(line.get("at", "0"))
+        f.update({k: str(v) for k, v in line.items()})
     ev = {
         "stream_id": text(stream_id),
         "queue": queue,

@@ -233,8 +233,9 @@ def _count(tasks) -> dict[str, int]:
 
 
 def _breaker_openings(engine) -> int:
-    events = engine.redis.xrange(engine.keys.queue_key("images", "events"))
-    return sum(1 for _, f in events if f.get(b"kind") == b"breaker" and f.get(b"state") == b"open")
+    from ghostless.core.streams import read_stream
+
+    return sum(1 for ev in read_stream(engine, "images", "-") if ev["kind"] == "breaker" and ev.get("state") == "open")
 
 
 def _summary(engine, tasks) -> int:

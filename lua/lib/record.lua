@@ -55,24 +55,15 @@ local function history_text(kind, now, ev)
   return table.concat(parts, '|')
 end
 
--- Appends an event to the queue stream (always) and to the task history (when `hist`).
--- `ev` holds the event's own fields; the history entry leaves empty values out and names the rest by
--- their short names.
+-- Appends an event to the queue stream (always) and to the task history (when `hist`): the same
+-- line (history_text) in both. `ev` holds the event's own fields. A stream entry has five fields, the
+-- same five for every event (engine/core/streams.py stream_event): Redis then stores an entry as its
+-- values alone, and the readers' filters (task, owner) need no parsing.
 local function emit(K, t, kind, now, ev, hist)
-  local fields = {'id', t.id, 'kind', kind, 'owner', t.owner, 'type', t.type,
-    'version', t.version, 'at', numtext(now)}
-  for _, k in ipairs(STREAM_FIELDS) do  -- the one layout of engine/core/streams.py STREAM_LAYOUT
-    fields[#fields + 1] = k
-    fields[#fields + 1] = ev[k] or ''
-  end
-  for k, v in pairs(ev) do
-    if not IN_LAYOUT[k] and v ~= '' then
-      fields[#fields + 1] = k
-      fields[#fields + 1] = v
-    end
-  end
-  redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', unpack(fields))
-  if hist then body_record(K, history_text(kind, now, ev), CFG.history_max) end
+  local line = history_text(kind, now, ev)
+  redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', 'id', t.id, 'owner', t.owner, 'type', t.type,
+    'version', t.version, 'e', line)
+  if hist then body_record(K, line, CFG.history_max) end
 end
 
 -- Queues a webhook notification (engine/notify.py) when the task asked for one.

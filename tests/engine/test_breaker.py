@@ -3,6 +3,7 @@
 import pytest
 
 from ghostless import Breaker, BreakerOpen, State
+from ghostless.core.streams import read_stream
 from tests.support.wait import wait_for_server_time
 
 
@@ -99,9 +100,8 @@ def test_permanent_errors_and_lost_workers_do_not_count_against_the_upstream(eng
 def test_breaker_changes_are_events_on_the_queue_stream(engine):
     register(engine)
     trip(engine)
-    events = engine.redis.xrange(engine.keys.queue_key("images", "events"))
-    kinds = [(f.get(b"kind"), f.get(b"state"), f.get(b"upstream")) for _, f in events]
-    assert (b"breaker", b"open", b"image-model") in kinds
+    kinds = [(ev["kind"], ev.get("state"), ev.get("upstream")) for ev in read_stream(engine, "images", "-")]
+    assert ("breaker", "open", "image-model") in kinds
 
 
 def test_types_without_a_breaker_are_not_affected(engine):

@@ -4,7 +4,9 @@ recorded once, by the sweeper at its expiry or by a claim that comes first."""
 import pytest
 
 from ghostless import IllegalTransition, Rate, RateLimited, State, TaskExpired
+from ghostless.core.keys import parse_task_id
 from ghostless.core.notify import hand_off
+from ghostless.core.streams import read_stream
 from tests.support.sweeper import sleeping_sweeper
 from tests.support.wait import wait_for_server_time, wait_until
 
@@ -20,8 +22,8 @@ def lapses(engine, task_id) -> list:
 
 
 def stream_lapses(engine, task_id) -> int:
-    entries = engine.redis.xrange(engine.keys.task(task_id).events)
-    return sum(1 for _, f in entries if f.get(b"verb") == b"lapse" and f.get(b"id") == task_id.encode())
+    events = read_stream(engine, parse_task_id(task_id), "-")
+    return sum(1 for ev in events if ev.get("verb") == "lapse" and ev["task_id"] == task_id)
 
 
 def test_the_sweeper_cancels_a_task_not_started_by_its_expiry(engine):

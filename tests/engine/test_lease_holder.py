@@ -8,6 +8,7 @@ import pytest
 
 from ghostless import LeaseLost, State, TaskCancelled, TaskNotFound
 from ghostless.core.errors import AttemptEnded
+from ghostless.core.streams import stream_event
 from tests.support.snapshots import (
     HOLDER_CALLS,
     assert_only_stale_recorded,
@@ -97,8 +98,9 @@ def test_progress_is_stored_and_streamed_but_kept_out_of_history(engine):
     assert (got.progress, got.message, got.version) == (0.25, "a quarter", 3)
     assert [e.kind for e in engine.history(task.id)] == ["transition", "transition"]
     assert queue_snapshot(engine, "images")["events"] == events + 1
-    [(_, last)] = engine.redis.xrevrange(engine.keys.task(task.id).events, count=1)
-    assert last[b"kind"] == b"progress" and last[b"progress"] == b"0.25"
+    [(sid, last)] = engine.redis.xrevrange(engine.keys.task(task.id).events, count=1)
+    ev = stream_event(task.queue, sid, last)
+    assert ev["kind"] == "progress" and ev["progress"] == 0.25
     assert engine.check() == []
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ghostless import Engine, State
+from ghostless.core.streams import read_stream
 from tests.apps import basic
 from tests.support.procs import Proc
 from tests.support.snapshots import task_snapshot
@@ -78,13 +79,8 @@ def transitions(engine: Engine, task_id: str) -> list[str]:
 
 
 def stream_events(engine: Engine, task_id: str, queue: str = basic.QUEUE) -> list[dict]:
-    """The task's entries in its queue's event stream, oldest first (fields as strings)."""
-    out = []
-    for _id, fields in engine.redis.xrange(engine.keys.queue_key(queue, "events")):
-        f = {k.decode(): v.decode() for k, v in fields.items()}
-        if f.get("id") == task_id:
-            out.append(f)
-    return out
+    """The task's events in its queue's event stream, oldest first (engine/core/streams.py stream_event)."""
+    return [ev for ev in read_stream(engine, queue, "-") if ev["task_id"] == task_id]
 
 
 def horse_of(worker: Proc, timeout: float = 10.0) -> int:
