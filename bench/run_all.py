@@ -21,6 +21,7 @@ from bench._common import ROOT, machine
 
 BENCHES = [  # (script, what it measures)
     ("core.py", "full lifecycles vs a trivial EVALSHA; server CPU per lifecycle"),
+    ("instructions.py", "redis-server instructions per lifecycle (callgrind): functions vs EVALSHA"),
     ("sweep.py", "sweeper tick with 1M tasks; reclaim rate; memory per task vs an RQ job"),
     ("recovery.py", "time from SIGKILL to another worker entering the task, vs plain RQ"),
     ("throughput.py", "no-op tasks through ghostless on RQ vs plain RQ jobs"),

@@ -6,6 +6,7 @@ A behaviour change can break a benchmark's set-up (a claim refused where it used
 
 import logging
 import re
+import shutil
 
 import pytest
 
@@ -22,6 +23,17 @@ def test_the_core_benchmark_runs(monkeypatch, capsys):
         monkeypatch.setattr(core, name, value)
     assert core.main() == 0
     assert "core: lifecycle" in capsys.readouterr().out
+
+
+def test_the_instructions_benchmark_runs(capsys):
+    need_redis_server()
+    if not shutil.which("valgrind"):
+        pytest.skip("valgrind (callgrind) is not installed: bench/instructions.py counts with it")
+    from bench import instructions
+
+    assert instructions.main(["--lifecycles", "10", "--warm", "10", "--against", "HEAD"]) == 0
+    out = capsys.readouterr().out
+    assert "instructions: functions / evalsha" in out and "this checkout / HEAD" in out
 
 
 def test_the_sweep_benchmark_runs(monkeypatch, capsys):
