@@ -9,7 +9,8 @@ counters zeroed after a warm-up of 200 lifecycles, ``--warm``, dumped after). Va
 
   functions          this checkout's scripts, as functions (FCALL): what a Redis 7 runs
   evalsha            the same scripts by EVALSHA: what Redis 6.2 and a cluster run
-  REV                with ``--against``: the scripts of git revision REV, as functions
+  REV                with ``--against``: the scripts of git revision REV as its own code builds them,
+                     as functions (by EVALSHA for a revision from before they were functions)
 
 Instructions are not time (a cache miss costs more than an add), but they are what the scripts ask
 of the server, counted exactly the same way on every run: a change to the scripts shows as a
@@ -20,6 +21,7 @@ stretches. About 2 minutes per variant (valgrind runs the server about 50 times 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -40,31 +42,37 @@ from tests.support.redis_server import free_port, redis_server_path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def scripts_of(lua_dir: Path) -> dict[str, tuple[tuple[str, str], str]]:
-    """(function name, library text) and EVALSHA text of every script, built from ``lua_dir``."""
-    saved = lua_source.LUA_DIR
-    lua_source.LUA_DIR = lua_dir
-    try:
-        _clear()
-        return {n: (lua_source.library(n), lua_source.source(n)) for n in lua_source.SCRIPTS}
-    finally:
-        lua_source.LUA_DIR = saved
-        _clear()
+def scripts_here() -> dict:
+    """(function name, library text) and EVALSHA text of every script of this checkout, by name."""
+    return {n: (lua_source.library(n), lua_source.source(n)) for n in lua_source.SCRIPTS}
 
 
-def _clear() -> None:
-    for f in (lua_source.source, lua_source.library, lua_source._lib_text, lua_source._body, lua_source.needed_libs):
-        f.cache_clear()
+#: Run in a fresh interpreter on an extracted tree: the texts its own lua_source.py builds.
+_DUMP = """
+import json, sys
+from ghostless.core import lua_source as ls
+lib = getattr(ls, "library", None)  # None: a revision from before the scripts were functions
+print(json.dumps({n: [list(lib(n)) if lib else None, ls.source(n)] for n in ls.SCRIPTS}))
+"""
 
 
-def lua_at(rev: str, into: Path) -> Path:
-    """The lua/ folder of git revision ``rev``, extracted under ``into``."""
-    archive = into / "lua.tar"
+def scripts_at(rev: str, into: Path) -> dict:
+    """The scripts of git revision ``rev`` as its own code builds them: (function name, library text)
+    (None before the scripts were functions) and EVALSHA text, by name."""
+    tree, pkg = into / "tree", into / "pkg" / "ghostless"
+    tree.mkdir()
+    archive = into / "tree.tar"
     with archive.open("wb") as out:
-        subprocess.run(["git", "-C", str(ROOT), "archive", rev, "lua"], stdout=out, check=True)
+        subprocess.run(["git", "-C", str(ROOT), "archive", rev, "engine", "lua"], stdout=out, check=True)
     with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    return into / "lua"
+        tar.extractall(tree, filter="data")
+    shutil.copytree(tree / "engine", pkg)  # the layout pyproject.toml's package-dir gives when installed
+    shutil.copytree(tree / "lua", pkg / "lua")
+    dumped = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(pkg.parent)!r})\n{_DUMP}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return {n: (tuple(lib) if lib else None, text) for n, (lib, text) in json.loads(dumped.stdout).items()}
 
 
 def count(scripts, by_evalsha: bool, n: int, warm: int, steps, workdir: Path) -> int:
@@ -94,9 +102,11 @@ def count(scripts, by_evalsha: bool, n: int, warm: int, steps, workdir: Path) ->
             return None
 
         for name, call in engine.scripts._scripts.items():  # private: the scripts under test
-            (call.function, call.library), text = scripts[name]
+            lib, text = scripts[name]
+            if lib:
+                call.function, call.library = lib
             call.script = client.register_script(text)
-            call.fcall = not by_evalsha
+            call.fcall = lib is not None and not by_evalsha
         pipelined_lifecycles(engine, "job", ARGS, RESULT, warm, 100, steps=steps)
         subprocess.run(["callgrind_control", "--zero", str(server.pid)], check=True, capture_output=True)
         pipelined_lifecycles(engine, "job", ARGS, RESULT, n, 100, steps=steps)
@@ -131,10 +141,10 @@ def main(argv=None) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="gl-instructions-") as tmp:
         work = Path(tmp)
-        here = scripts_of(lua_source.LUA_DIR)
+        here = scripts_here()
         variants = [("functions", here, False), ("evalsha", here, True)]
         if args.against:
-            variants.append((args.against, scripts_of(lua_at(args.against, work)), False))
+            variants.append((args.against, scripts_at(args.against, work), False))
         got = {}
         for label, scripts, by_evalsha in variants:
             got[label] = count(scripts, by_evalsha, args.lifecycles, args.warm, steps, work) / args.lifecycles
