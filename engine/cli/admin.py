@@ -1,5 +1,5 @@
 """Admin commands of ``ghostless``: reclaim a stuck task, retry every FAILED of a type, drain a queue,
-set a user's submit quota."""
+set a user's submit quota, delete other releases' Lua libraries."""
 
 from __future__ import annotations
 
@@ -65,6 +65,18 @@ def drain_command(app_spec, redis_url, as_json, queue, resume):
         dump({"queue": queue, "draining": not resume})
     else:
         click.echo(f"{queue}: {'resumed' if resume else 'draining (new and returning tasks wait in PENDING)'}")
+
+
+@command("prune-scripts")
+def prune_scripts_command(app_spec, redis_url, as_json):
+    """Delete the Lua function libraries of other ghostless releases from Redis (run after an
+    upgrade, once no process of the older release runs; one that still does loads its own again)."""
+    engine = load_engine(app_spec, redis_url, quiet=True)
+    deleted = engine.scripts.prune_libraries()
+    if as_json:
+        dump({"deleted": deleted})
+    else:
+        click.echo(f"deleted {len(deleted)} librar{'y' if len(deleted) == 1 else 'ies'} of other releases")
 
 
 def _limit(kind, text):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 from collections.abc import Sequence
 
 from redis.exceptions import NoPermissionError, NoScriptError, OutOfMemoryError, ResponseError
@@ -192,6 +193,29 @@ def ensure_loaded(client, calls: list[LuaCall]) -> list[str]:
                 c.load(server)
                 loaded.add(c.name)
     return [name for name in SCRIPTS if name in loaded]
+
+
+def prune_libraries(client, calls: list[LuaCall]) -> list[str]:
+    """Delete the function libraries of other ghostless releases from the server (every primary of a
+    cluster), keeping those of ``calls``: the names deleted. A library is this engine's by its name
+    (``gl_<script>_<digest>``, engine/core/lua_source.py ``library``); others are left alone. A
+    process of an older release that still runs loads its own again on its next call. A server
+    without functions (Redis 6.2) has nothing to delete."""
+    ours = re.compile("gl_(" + "|".join(SCRIPTS) + ")_[0-9a-f]{16}")
+    keep = {c.function for c in calls}
+    deleted = []
+    for server in _servers(client):
+        try:
+            names = _library_names(server.function_list("gl_*"))
+        except ResponseError as e:  # a server without functions has none to delete
+            if not _no_functions(e):
+                raise
+            continue
+        for name in sorted(names):
+            if ours.fullmatch(name) and name not in keep:
+                server.function_delete(name)
+                deleted.append(name)
+    return deleted
 
 
 class _Lua:

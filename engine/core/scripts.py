@@ -27,7 +27,7 @@ from .errors import (
     WrongDispatch,
     refusing_full,
 )
-from .functions import LUA, AsyncLuaCall, LuaCall, ensure_loaded
+from .functions import LUA, AsyncLuaCall, LuaCall, ensure_loaded, prune_libraries
 from .keys import TaskKeys
 from .lua_source import SCRIPTS
 from .models import Lease
@@ -101,6 +101,11 @@ class Scripts(_Runner):
         restart that lost them, FUNCTION FLUSH or SCRIPT FLUSH; a call would load its own on first
         use anyway). Returns the names it loaded. Raises redis errors."""
         return ensure_loaded(self.redis, list(self._scripts.values()))
+
+    def prune_libraries(self) -> list[str]:
+        """Delete other ghostless releases' function libraries (engine/core/functions.py
+        ``prune_libraries``): the names deleted. Raises redis errors."""
+        return prune_libraries(self.redis, list(self._scripts.values()))
 
     def pipeline(self) -> ScriptBatch:
         """A pipeline for ``client=`` calls (on a cluster a round trip per shard)."""

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from ghostless import State
 from tests.cli.conftest import one_line_error
 
@@ -35,3 +37,21 @@ def test_drain_and_resume_a_queue(engine, cli):
     assert cli("drain", queue, "--resume").exit_code == 0
     assert engine.draining() == []
     one_line_error(cli("drain", "no-such-queue"), 2, "no-such-queue")
+
+
+def test_prune_scripts_deletes_other_releases_libraries(engine, cli):
+    from ghostless.core.cluster import is_cluster
+
+    if is_cluster(engine.redis):
+        pytest.skip("one server is enough: the cluster case is tests/engine/test_functions.py's")
+    engine.scripts.ensure_loaded()
+    engine.redis.function_load(
+        "#!lua name=gl_read_"
+        + "1" * 16
+        + "\nredis.register_function('gl_read_"
+        + "1" * 16
+        + "', function() return 1 end)"
+    )
+    result = cli("prune-scripts", "--json")
+    assert result.exit_code == 0 and json.loads(result.output) == {"deleted": ["gl_read_" + "1" * 16]}
+    assert "deleted 0 libraries" in cli("prune-scripts").output

@@ -15,6 +15,7 @@ COMMANDS = [
     ["stats"],
     ["check"],
     ["scheduler", "--list"],
+    ["prune-scripts"],
 ]
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 
+import fakeredis
 import pytest
 
+from ghostless import Engine
 from ghostless.core.cluster import is_cluster
 from ghostless.core.lua_source import CALL_STATE, LIBS, READ_ONLY, SCRIPTS, _lib_text, library
 from tests.support.lua import forget_lua, function_loaded, loaded
@@ -76,3 +78,28 @@ def test_a_flushed_library_is_loaded_again_by_the_call_that_needs_it(engine):
     lease = engine.claim(task.id, "w1")
     assert lease.token == 1
     assert loaded(engine, "claim") and not loaded(engine, "complete")
+
+
+def test_prune_deletes_other_releases_libraries_and_keeps_its_own_and_everyone_elses(engine):
+    server = engine.redis
+    if is_cluster(server):
+        server = server.get_redis_connection(server.get_primaries()[0])
+    engine.scripts.ensure_loaded()
+    fname, text = library("claim")
+    old = "gl_claim_" + "0" * 16  # an older release's claim
+    server.function_load(text.replace(fname, old), replace=True)
+    server.function_load(
+        "#!lua name=gl_mine\nredis.register_function('gl_mine', function() return 1 end)", replace=True
+    )
+    assert old in engine.scripts.prune_libraries()
+    names = {e[1].decode() for e in server.function_list("gl_*")}
+    assert old not in names and "gl_mine" in names
+    if not is_cluster(engine.redis):
+        assert fname in names and len(names) == len(SCRIPTS) + 1
+    assert engine.scripts.prune_libraries() == []
+    server.function_delete("gl_mine")
+
+
+def test_prune_on_a_server_without_functions_deletes_nothing():
+    engine = Engine(fakeredis.FakeRedis(version=(6, 2)), namespace="t", dispatcher=None)
+    assert engine.scripts.prune_libraries() == []
