@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 DAY = 24 * 3600
@@ -53,8 +54,12 @@ class Config:
         for name in ("retention", "idempotency_ttl", "dispatch_grace", "requeue_after"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.stream_maxlen < 1 or self.history_maxlen < 1:
-            raise ValueError("stream_maxlen and history_maxlen must be at least 1")
+        for name in ("stream_maxlen", "history_maxlen"):  # counts: a whole float (1e4) is taken as its int
+            value = getattr(self, name)
+            whole = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+            if isinstance(value, bool) or not whole or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+            object.__setattr__(self, name, int(value))  # the scripts hand stream_maxlen to XADD as it comes
         if isinstance(self.wait_replicas, bool) or not isinstance(self.wait_replicas, int) or self.wait_replicas < 0:
             raise ValueError(f"wait_replicas must be an integer >= 0, got {self.wait_replicas!r}")
         if isinstance(self.wait_timeout, bool) or not isinstance(self.wait_timeout, (int, float)):
