@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .states import State, implied
-from .text import text
+from .text import int_or_text, text
 
 
 def _t(v) -> float | None:
@@ -212,8 +212,8 @@ def history_entry(raw) -> dict:
                 if name not in d and d.get("verb") in by_verb:
                     d[name] = by_verb[d["verb"]]
     for name in _NUMBERS:  # a stale entry's token was a string in JSON too
-        if isinstance(d.get(name), str) and d[name].lstrip("-").isdigit():
-            d[name] = int(d[name])
+        if name in d:
+            d[name] = int_or_text(d[name])
     d.setdefault("kind", "transition")
     return d
 

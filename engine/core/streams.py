@@ -15,7 +15,7 @@ from redis.crc import key_slot
 from ghostless.core.cluster import is_cluster
 from ghostless.core.models import history_entry
 from ghostless.core.states import State
-from ghostless.core.text import text
+from ghostless.core.text import int_or_text, text
 
 STREAM_ID_RE = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
 MAX_SEQ = (1 << 64) - 1  # the largest ms or seq part of a stream id
@@ -94,7 +94,7 @@ def stream_event(queue: str, stream_id, fields: dict) -> dict:
     for name in _INT_FIELDS:
         if name in f:
             raw = f.pop(name)
-            ev[name] = int(raw) if raw.lstrip("-").isdigit() else raw
+            ev[name] = int_or_text(raw)
     if "progress" in f:
         try:
             ev["progress"] = float(f.pop("progress"))

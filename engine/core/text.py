@@ -19,6 +19,14 @@ def text_or_none(v) -> str | None:
     return None if v is None else text(v)
 
 
+def int_or_text(v):
+    """``v`` as an int when it is the text of one (ASCII digits, an optional minus), else as it is: a
+    stored number read back. ``str.isdigit`` alone is true for "²", which ``int`` refuses."""
+    if isinstance(v, str) and v.isascii() and v.lstrip("-").isdigit() and v.count("-") <= 1:
+        return int(v)
+    return v
+
+
 def decoded(v):
     """A script's reply with every bytes in it (nested lists too) decoded; other values as they are."""
     if isinstance(v, bytes):

@@ -174,3 +174,19 @@ def test_an_entry_written_before_the_event_lines_reads_the_same(engine):
         ev = stream_event(task.queue, sid, fields)
         old_id = engine.redis.xadd(key, _as_before(fields, ev))
         assert stream_event(task.queue, sid, engine.redis.xrange(key, old_id, old_id)[0][1]) == ev
+
+
+@pytest.mark.parametrize("token", ["²", "--5", "٣", "1-"])
+def test_a_token_that_is_no_ascii_integer_reads_as_its_text_without_breaking_the_reader(token):
+    """str.isdigit is true for "²" and "٣", which int() refuses: a stale call's token of that kind
+    raised inside stream_event, in the one reader thread that serves every page of the queue."""
+    line = history_text_of(kind="stale", verb="heartbeat", token=token)
+    new = stream_event("q", "1-0", {b"id": b"q.1", b"owner": b"o", b"type": b"t", b"version": b"3", b"e": line})
+    before = {b"id": b"q.1", b"kind": b"stale", b"owner": b"o", b"type": b"t", b"version": b"3", b"at": b"5000"}
+    old = stream_event("q", "1-0", {**before, b"verb": b"heartbeat", b"token": token.encode()})
+    assert new == old and new["token"] == token and new["version"] == 3
+
+
+def history_text_of(kind: str, verb: str, token: str) -> bytes:
+    """The event line lua/lib/record.lua writes for such an event (at 5000 ms; HISTORY_LAYOUT)."""
+    return f"5000|{kind}|{verb}||||||n={token}".encode()
