@@ -95,20 +95,27 @@ class LuaCall:
                 server.function_load(self.library)
                 return self
             except ResponseError as e:
-                if "already exists" in str(e):  # loaded meanwhile by another process
+                if self._loaded_anyway(e):
                     return self
-                if isinstance(e, OutOfMemoryError):
-                    server.script_load(self.script.script)
-                    return self.by_evalsha()
-                self._no_functions_here(e)
         server.script_load(self.script.script)
-        return self
+        return self._by_script()
 
-    def _no_functions_here(self, error: ResponseError) -> None:
-        if not _no_functions(error):
-            raise error
-        self.fcall = False
-        log.info("%s goes by EVALSHA from now on: %s", self.function, error)
+    def _loaded_anyway(self, error: ResponseError) -> bool:
+        """After FUNCTION LOAD refused with ``error``: True when the library is there all the same
+        (another process loaded it meanwhile); False when the script is to go by EVALSHA (at
+        maxmemory for this call, on a server without functions for good). Raises any other."""
+        if "already exists" in str(error):
+            return True
+        if not isinstance(error, OutOfMemoryError):
+            if not _no_functions(error):
+                raise error
+            self.fcall = False
+            log.info("%s goes by EVALSHA from now on: %s", self.function, error)
+        return False
+
+    def _by_script(self):
+        """The call to send once its script is loaded: this one, or by EVALSHA while it is a function."""
+        return self.by_evalsha() if self.fcall else self
 
     def __call__(self, keys: Sequence = (), args: Sequence = (), client=None):
         """The reply of the script run on ``client`` (this one's by default); on a pipeline or a
@@ -140,14 +147,10 @@ class AsyncLuaCall(LuaCall):
                 await server.function_load(self.library)
                 return self
             except ResponseError as e:
-                if "already exists" in str(e):
+                if self._loaded_anyway(e):
                     return self
-                if isinstance(e, OutOfMemoryError):
-                    await server.script_load(self.script.script)
-                    return self.by_evalsha()
-                self._no_functions_here(e)
         await server.script_load(self.script.script)
-        return self
+        return self._by_script()
 
     async def __call__(self, keys: Sequence = (), args: Sequence = (), client=None):
         client = self.redis if client is None else client
