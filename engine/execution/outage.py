@@ -65,11 +65,18 @@ class RidesOutRedis:
         self._beat_at = None  # engine/execution/lean_heartbeat.py: the next heartbeat is a real write
 
     def _redis_ok(self) -> None:
-        if self._failing_since is not None:
-            log.warning(
-                "worker %s: Redis is back after %.1fs: resuming", self.name, time.monotonic() - self._failing_since
-            )
-            self._failing_since, self._failing_with = None, ""
+        """A write went through. After a failure, whichever call finds Redis back first (the next
+        dequeue's look, or RQ's heartbeat after a job or while it watches a work-horse) puts the
+        worker back in RQ's view before the failure counts as over."""
+        if self._failing_since is None:
+            return
+        try:
+            self._register_again()
+        except REDIS_FAULTS as e:
+            self._redis_failed(e)
+            return
+        log.warning("worker %s: Redis is back after %.1fs: resuming", self.name, time.monotonic() - self._failing_since)
+        self._failing_since, self._failing_with = None, ""
 
     def _wait_for_redis(self) -> None:
         """Back off until Redis answers a write again. Raises StopRequested on a stop request."""
@@ -82,12 +89,12 @@ class RidesOutRedis:
                     self._probe = short_client(self.connection, PROBE_TIMEOUT)
                 self._probe.ping()  # a hung Redis: fails within the probe's timeout, not RQ's minutes
                 super().heartbeat()  # a write: a full Redis refuses it
-                self._register_again()
             except REDIS_FAULTS as e:
                 self._redis_failed(e)
                 continue
             self._redis_ok()
-            return
+            if self._failing_since is None:
+                return
         raise StopRequested()
 
     def _register_again(self) -> None:

@@ -16,6 +16,14 @@ LEASE = 1.5  # every basic type's heartbeat lease (renewed every 0.5 s); also th
 OWNER = "alice"
 
 
+def registered(worker_class, connection, name: str):
+    """An in-process worker of ``worker_class`` (an RQ worker with ghostless's mixins) on queue
+    ``q``, registered in RQ's view as RQ registers one."""
+    made = worker_class(["q"], connection=connection, name=name)
+    made.register_birth()
+    return made
+
+
 def server_now(engine: Engine) -> float:
     """Redis server time in seconds (the clock of every recorded event)."""
     sec, usec = engine.redis.time()

@@ -10,6 +10,7 @@ from ghostless.execution import lean_heartbeat
 from ghostless.execution.lean_heartbeat import LeanHeartbeat
 from ghostless.execution.worker import build_worker
 from tests.support.commands import sent_commands
+from tests.worker.helpers import registered
 
 
 class Lean(LeanHeartbeat, SimpleWorker):
@@ -18,9 +19,7 @@ class Lean(LeanHeartbeat, SimpleWorker):
 
 @pytest.fixture
 def worker(redis_client):
-    made = Lean(["q"], connection=redis_client, name="lean")
-    made.register_birth()
-    return made
+    return registered(Lean, redis_client, "lean")
 
 
 def beat_of(worker) -> bytes:
