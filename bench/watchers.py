@@ -37,6 +37,7 @@ every size; a miss exits 1, a size that could not be measured 2): all opened wit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -266,7 +267,8 @@ class Generators:
     def close(self) -> None:
         for p in self.procs:
             if p.poll() is None:
-                os.killpg(p.pid, 9)
+                with contextlib.suppress(ProcessLookupError):  # exited and reaped by its reader meanwhile
+                    os.killpg(p.pid, 9)
             p.wait(10)
 
 

@@ -7,6 +7,8 @@ A behaviour change can break a benchmark's set-up (a claim refused where it used
 import logging
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -119,3 +121,16 @@ def test_the_cluster_benchmark_runs(capsys):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "1"  # the one kill of the smoke size, measured
     assert cells[-1] == "0"  # no task completed twice across the failover
+
+
+def test_the_watchers_benchmark_closes_a_generator_that_exits_meanwhile():
+    # Each generator's reader thread reaps it (Popen.wait) when it exits after "stop": between
+    # close()'s poll and its kill the process group can be gone, which must not fail a run.
+    from bench import watchers
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    p.wait()
+    p.poll = lambda: None  # as close() saw it: not yet reaped
+    gens = watchers.Generators.__new__(watchers.Generators)
+    gens.procs = [p]
+    gens.close()

@@ -795,10 +795,8 @@ def _check_executions(tid: str, h: dict, result, lines: list[tuple], report: Rep
 
 def _status(engine: Engine, task_id: str) -> str:
     """The task's state, or "gone" (a submit a failover lost)."""
-    try:
-        return engine.get(task_id).status.value
-    except TaskNotFound:
-        return "gone"
+    task = engine.get(task_id)  # None for a task that does not exist
+    return "gone" if task is None else task.status.value
 
 
 def _floats(text: str) -> tuple[float, ...]:

@@ -72,3 +72,18 @@ def test_checker_counts_duplicate_zombie_phantom_and_refused_executions():
         "phantom successes 2: ['q.b', 'q.c']",
         "duplicate executions (same task, token and claim) 1",
     ]
+
+
+def test_a_cancelled_task_that_is_gone_reads_as_gone_not_as_a_harness_crash():
+    """A task a failover lost is reported (acknowledged cancels undone), not an AttributeError that
+    hides the whole report: Engine.get gives None for a task that does not exist."""
+    import fakeredis
+
+    from ghostless import Engine
+    from tests.chaos.soak import _status
+
+    engine = Engine(fakeredis.FakeRedis(), namespace="soak", dispatcher=None)
+    engine.task(name="job", queue="chaos-a")(lambda ctx: None)
+    task = engine.submit("job", {}, owner="soak")
+    assert _status(engine, task.id) == "PENDING"
+    assert _status(engine, "chaos-a.0123456789abcdef0123") == "gone"
