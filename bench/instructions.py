@@ -7,10 +7,13 @@ sends the same pipelined lifecycles (submit, claim, complete; ``--realistic`` ad
 progress report), and reads the instructions redis-server executed while they ran (callgrind's
 counters zeroed after a warm-up of 200 lifecycles, ``--warm``, dumped after). Variants:
 
-  functions          this checkout's scripts, as functions (FCALL): what a Redis 7 runs
+  functions          this checkout, its scripts as functions (FCALL): what a Redis 7 runs
   evalsha            the same scripts by EVALSHA: what Redis 6.2 and a cluster run
-  REV                with ``--against``: the scripts of git revision REV as its own code builds them,
-                     as functions (by EVALSHA for a revision from before they were functions)
+  REV                with ``--against``: git revision REV, its own engine sending its own scripts with
+                     the keys and args it passes them, as functions (by EVALSHA for a revision from
+                     before they were functions); a revision since ea1485e (its bench/_common.py)
+
+Each variant's lifecycles are sent from a fresh interpreter that imports that variant's code.
 
 Instructions are not time (a cache miss costs more than an add), but they are what the scripts ask
 of the server, counted exactly the same way on every run: a change to the scripts shows as a
@@ -21,7 +24,6 @@ stretches. About 2 minutes per variant (valgrind runs the server about 50 times 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -35,48 +37,57 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench._common import ARGS, REALISTIC_STEPS, RESULT, Engine, machine, pipelined_lifecycles, quiet_engine_logs
-from ghostless.core import lua_source
+from bench._common import REALISTIC_STEPS, machine
 from tests.support.redis_server import free_port, redis_server_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def scripts_here() -> dict:
-    """(function name, library text) and EVALSHA text of every script of this checkout, by name."""
-    return {n: (lua_source.library(n), lua_source.source(n)) for n in lua_source.SCRIPTS}
+#: The lifecycles, sent from a fresh interpreter with the code of the variant (its engine builds the
+#: keys and args its scripts take): warm-up, then "warm", then the counted ones on a line from stdin.
+_DRIVE = """
+import sys
+sys.path[:0] = {paths!r}
+import redis
+from bench._common import ARGS, REALISTIC_STEPS, RESULT, Engine, pipelined_lifecycles, quiet_engine_logs
+with quiet_engine_logs():
+    engine = Engine(redis.Redis(port={port}), namespace="cg", dispatcher=None)
 
+@engine.task(name="job", lease=60, timeout=600, stages={{"render": 300, "upload": 300}})
+def job(ctx, prompt):
+    return None
 
-#: Run in a fresh interpreter on an extracted tree: the texts its own lua_source.py builds.
-_DUMP = """
-import json, sys
-from ghostless.core import lua_source as ls
-lib = getattr(ls, "library", None)  # None: a revision from before the scripts were functions
-print(json.dumps({n: [list(lib(n)) if lib else None, ls.source(n)] for n in ls.SCRIPTS}))
+if {by_evalsha}:
+    for call in engine.scripts._scripts.values():  # private: how the scripts are sent
+        call.fcall = False
+steps = REALISTIC_STEPS if {realistic} else ()
+pipelined_lifecycles(engine, "job", ARGS, RESULT, {warm}, 100, steps=steps)
+print("warm", flush=True)
+sys.stdin.readline()
+pipelined_lifecycles(engine, "job", ARGS, RESULT, {n}, 100, steps=steps)
+print("done", flush=True)
 """
 
 
-def scripts_at(rev: str, into: Path) -> dict:
-    """The scripts of git revision ``rev`` as its own code builds them: (function name, library text)
-    (None before the scripts were functions) and EVALSHA text, by name."""
+def tree_at(rev: str, into: Path) -> list[str]:
+    """git revision ``rev`` extracted under ``into``, laid out as an install (its engine and lua as the
+    ``ghostless`` package) beside its bench and tests: the import paths that run its own code."""
     tree, pkg = into / "tree", into / "pkg" / "ghostless"
     tree.mkdir()
     archive = into / "tree.tar"
     with archive.open("wb") as out:
-        subprocess.run(["git", "-C", str(ROOT), "archive", rev, "engine", "lua"], stdout=out, check=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev, "engine", "lua", "bench", "tests"], stdout=out, check=True
+        )
     with tarfile.open(archive) as tar:
         tar.extractall(tree, filter="data")
     shutil.copytree(tree / "engine", pkg)  # the layout pyproject.toml's package-dir gives when installed
     shutil.copytree(tree / "lua", pkg / "lua")
-    dumped = subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(pkg.parent)!r})\n{_DUMP}"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return {n: (tuple(lib) if lib else None, text) for n, (lib, text) in json.loads(dumped.stdout).items()}
+    return [str(pkg.parent), str(tree)]
 
 
-def count(scripts, by_evalsha: bool, n: int, warm: int, steps, workdir: Path) -> int:
-    """redis-server instructions while ``n`` lifecycles run with ``scripts``."""
+def count(paths: list[str], by_evalsha: bool, n: int, warm: int, realistic: bool, workdir: Path) -> int:
+    """redis-server instructions while ``n`` lifecycles run with the code at import ``paths``."""
     port, out = free_port(), workdir / f"callgrind.{time.monotonic_ns()}"
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", redis_server_path(),
@@ -84,6 +95,7 @@ def count(scripts, by_evalsha: bool, n: int, warm: int, steps, workdir: Path) ->
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     client = redis.Redis(port=port)
+    driver = None
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -94,27 +106,25 @@ def count(scripts, by_evalsha: bool, n: int, warm: int, steps, workdir: Path) ->
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        with quiet_engine_logs():
-            engine = Engine(client, namespace="cg", dispatcher=None)
-
-        @engine.task(name="job", lease=60, timeout=600, stages={"render": 300, "upload": 300})
-        def job(ctx, prompt):  # pragma: no cover - never run
-            return None
-
-        for name, call in engine.scripts._scripts.items():  # private: the scripts under test
-            lib, text = scripts[name]
-            if lib:
-                call.function, call.library = lib
-            call.script = client.register_script(text)
-            call.fcall = lib is not None and not by_evalsha
-        pipelined_lifecycles(engine, "job", ARGS, RESULT, warm, 100, steps=steps)
-        subprocess.run(["callgrind_control", "--zero", str(server.pid)], check=True, capture_output=True)
-        pipelined_lifecycles(engine, "job", ARGS, RESULT, n, 100, steps=steps)
-        subprocess.run(["callgrind_control", "--dump", str(server.pid)], check=True, capture_output=True)
+        code = _DRIVE.format(paths=paths, port=port, by_evalsha=by_evalsha, realistic=realistic, warm=warm, n=n)
+        driver = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for expected, control in (("warm", "--zero"), ("done", "--dump")):
+            line = driver.stdout.readline().strip()
+            if line != expected:
+                raise RuntimeError(f"the lifecycle driver stopped before {expected!r} (exit {driver.wait(60)})")
+            subprocess.run(["callgrind_control", control, str(server.pid)], check=True, capture_output=True)
+            if expected == "warm":
+                driver.stdin.write("go\n")
+                driver.stdin.flush()
         dumps = [p for p in workdir.glob(f"{out.name}.*") if re.fullmatch(r"\d+", p.suffix[1:])]
         text = max(dumps, key=lambda p: int(p.suffix[1:])).read_text(errors="replace")
         return int(re.search(r"^(?:summary|totals): (\d+)", text, re.M).group(1))
     finally:
+        if driver is not None:
+            driver.kill()
+            driver.wait(60)
         try:
             client.shutdown(nosave=True)
         except redis.RedisError:
@@ -141,13 +151,14 @@ def main(argv=None) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="gl-instructions-") as tmp:
         work = Path(tmp)
-        here = scripts_here()
+        here = [str(ROOT)]
         variants = [("functions", here, False), ("evalsha", here, True)]
         if args.against:
-            variants.append((args.against, scripts_at(args.against, work), False))
+            variants.append((args.against, tree_at(args.against, work), False))
         got = {}
-        for label, scripts, by_evalsha in variants:
-            got[label] = count(scripts, by_evalsha, args.lifecycles, args.warm, steps, work) / args.lifecycles
+        for label, paths, by_evalsha in variants:
+            total = count(paths, by_evalsha, args.lifecycles, args.warm, args.realistic, work)
+            got[label] = total / args.lifecycles
             print(f"  {label:<12} {got[label]:>12,.0f} instructions per lifecycle")
     base = got["functions"]
     print(
