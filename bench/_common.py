@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ghostless import Engine  # noqa: E402
+from ghostless.core.lua_source import call_keys  # noqa: E402
 from ghostless.core.models import Lease  # noqa: E402
 from ghostless.core.replies import parse  # noqa: E402
 from tests.support.redis_server import RedisServer, redis_server_path  # noqa: E402
@@ -198,8 +199,8 @@ class _Captured(Exception):
 def captured_call(engine: Engine, method, *args, **kwargs) -> tuple[str, list, list]:
     """SHIM: (script name, keys, argv) of the script call ``method`` (a bound Engine method) makes."""
 
-    def grab(name, keys, argv, client=None, via=None):
-        raise _Captured(name, list(keys), list(argv))
+    def grab(name, keys, argv, client=None, via=None, extra=()):
+        raise _Captured(name, call_keys(name, keys, extra), list(argv))
 
     engine.scripts._call = grab
     try:
@@ -251,9 +252,9 @@ def verify_shim(engine: Engine, type_name: str, args: dict, result) -> None:
     seen = []
     real_call = engine.scripts._call
 
-    def record(name, keys, argv, client=None, via=None):
-        seen.append((name, list(keys), list(argv)))
-        return real_call(name, keys, argv, client=client, via=via)
+    def record(name, keys, argv, client=None, via=None, extra=()):
+        seen.append((name, call_keys(name, keys, extra), list(argv)))
+        return real_call(name, keys, argv, client=client, via=via, extra=extra)
 
     engine.scripts._call = record
     try:

@@ -53,7 +53,7 @@ from bench._common import (
     verdict,
     verify_shim,
 )
-from ghostless.core.lua_source import library, source
+from ghostless.core.lua_source import call_keys, library, source
 
 ROUNDS = 7
 BATCH = 100
@@ -297,7 +297,7 @@ def breakdown(r, engine, n: int = 3000) -> None:
     )
     phase("complete", (complete_call(engine, lease, RESULT) for lease in leases))
 
-    keys = list(engine.keys.task(ids[0]))
+    keys = call_keys("claim", engine.keys.task(ids[0]))
     args = [*engine.config.script_argv(), *range(16)]
     prefix = source("claim").split("-- lua/claim.lua")[0]
     fname, lib = library("claim")

@@ -1,7 +1,7 @@
 -- Checkpoint: the lease holder saves a value that later attempts of the task can read.
 -- From: PROCESSING
 -- To: PROCESSING
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: claim id;
 --   ARGV[7]: checkpoint name; ARGV[8]: value JSON; ARGV[9]: worker name
 -- Returns: {OK} | {NOT_FOUND} | {LEASE_LOST, state} | {CANCELLED, state}

@@ -12,7 +12,7 @@
 -- and the engine claims again with them and its type's settings.
 -- From: PENDING, QUEUED
 -- To: PROCESSING
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: worker name; ARGV[6]: claim id (unique per call);
 --   ARGV[7]: dispatch id the job was made for ('' = a direct claim of this task, no other);
 --   ARGV[8]: task types this worker runs, as ',a,b,' ('' = any);

@@ -1,7 +1,7 @@
 -- Complete: the lease holder stores the result and ends the task in SUCCESS.
 -- From: PROCESSING
 -- To: SUCCESS
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: claim id; ARGV[7]: result JSON;
 --   ARGV[8]: worker name; ARGV[9]: the type's circuit breaker settings (lib/breaker; '' = none); KEYS[T+1]: its hash
 -- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)

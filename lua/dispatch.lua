@@ -1,7 +1,7 @@
 -- Dispatch: records that an executor job now exists for the task (or exists again, after a lost one).
 -- From: PENDING, QUEUED
 -- To: QUEUED
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys); KEYS[T+1]: the queue's
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of); KEYS[T+1]: the queue's
 --   control hash (its 'draining' switch)
 -- ARGV[1..4]: engine config; ARGV[5]: dispatch id (the executor's job id);
 --   ARGV[6]: ms until the sweeper checks that the job still exists;

@@ -2,7 +2,7 @@
 -- arguments, the two linked both ways (superseded_by / supersedes).
 -- From: PENDING, QUEUED, PROCESSING, RETRY_WAITING
 -- To: CANCELLED, PENDING
--- KEYS[1..T]: the old task's keys (T = the fields of engine/keys.py TaskKeys);
+-- KEYS[1..T]: the old task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of);
 --   KEYS[T+1..2T]: the new task's keys; KEYS[2T+1]: the owner's task index;
 --   KEYS[2T+2]: the owner's submit-rate key (only with a quota, ARGV[9] ~= '')
 -- ARGV[1..4]: engine config; ARGV[5]: who asks; ARGV[6]: '1' if admin; ARGV[7]: new task id;

@@ -4,7 +4,7 @@
 -- To: TIMEOUT, RETRY_WAITING
 -- Then: promote, in the same call, when the retry is due at once (a lost heartbeat, an admin's
 --   reclaim): RETRY_WAITING -> PENDING, recorded as promote (lib/record: promote_now)
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: random number in [0, 1) for backoff jitter;
 --   ARGV[6]: the admin reclaiming it now, whatever its deadlines ('' = the sweeper)
 -- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)

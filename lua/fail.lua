@@ -1,7 +1,7 @@
 -- Fail: the lease holder reports a failed attempt; retried with backoff while attempts remain.
 -- From: PROCESSING
 -- To: RETRY_WAITING, FAILED
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: claim id; ARGV[7]: error kind;
 --   ARGV[8]: reason; ARGV[9]: '1' if retryable else '0'; ARGV[10]: random number in [0, 1) for
 --   jitter; ARGV[11]: worker name; ARGV[12]: retry delay ms overriding the backoff policy ('' =

@@ -1,7 +1,7 @@
 -- Heartbeat: the lease holder extends its lease. Not an event: nothing a watcher sees changes.
 -- From: PROCESSING
 -- To: PROCESSING
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: claim id; ARGV[7]: lease ms;
 --   ARGV[8]: worker name
 -- Returns: {OK, ms until the lease deadline} | {NOT_FOUND} | {LEASE_LOST, state} |

@@ -2,7 +2,7 @@
 -- expires_in): CANCELLED, reason expired, recorded once (history, event, webhook).
 -- From: PENDING, QUEUED, RETRY_WAITING
 -- To: CANCELLED
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: the task id
 -- Ends: a reply may end with '!resolve' when tasks waiting on this one are due (lib/record: finish)
 -- Returns: {OK, version} | {NOT_DUE} when its expiry has not come, or it started or ended (it then

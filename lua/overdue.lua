@@ -2,7 +2,7 @@
 -- and its escalation time ('escalated'). Events only: the task's state does not change.
 -- From: (none)
 -- To: (none)
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: task id
 -- Returns: {OK, 'overdue' | 'escalated'} | {NOT_DUE} when neither time has come or the task ended |
 --   {NOT_FOUND}

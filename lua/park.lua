@@ -3,7 +3,7 @@
 -- breaker policy is to fail fast), or its rate limit has no start left (reason rate_limited).
 -- From: PENDING, QUEUED
 -- To: RETRY_WAITING, FAILED
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys);
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of);
 --   KEYS[T+1], KEYS[T+2]: the limit's start log and parked set (lib/limit; only with ARGV[10])
 -- ARGV[1..4]: engine config; ARGV[5]: ms to wait (when to try again; rate_limited: the claim's
 --   estimate, as the park finds the task's start slot itself, on its own clock); ARGV[6]: '1' to fail fast;

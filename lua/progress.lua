@@ -1,7 +1,7 @@
 -- Progress: the lease holder reports how far the current stage has come, with a message.
 -- From: PROCESSING
 -- To: PROCESSING
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: claim id;
 --   ARGV[7]: fraction 0..1; ARGV[8]: message; ARGV[9]: worker name
 -- Returns: {OK, version} | {REPLAYED, version} when nothing changed | {NOT_FOUND} |

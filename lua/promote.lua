@@ -1,7 +1,7 @@
 -- Promote: the sweeper returns a task whose retry time has come to PENDING.
 -- From: RETRY_WAITING
 -- To: PENDING
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config
 -- Returns: {OK, version} | {NOT_DUE} when not yet due or no longer waiting | {NOT_FOUND}
 local t = load_task(K.task)

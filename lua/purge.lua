@@ -1,7 +1,7 @@
 -- Purge: the sweeper deletes a terminal task whose retention has passed.
 -- From: SUCCESS, FAILED, TIMEOUT, CANCELLED
 -- To: (none)
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys); KEYS[T+1]: the owner's task index (optional)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of); KEYS[T+1]: the owner's task index (optional)
 -- ARGV[1..4]: engine config; ARGV[5]: task id; ARGV[6]: its entry of the ended line (lib/task), due
 --   at its kept-until or ARGV[3] (retention) after it ended; absent for a task of the expiry set (one
 --   that ended before the line, due at its score)

@@ -1,7 +1,7 @@
 -- Read: a read-only, atomic look at tasks of one queue that checks the owner before anything else.
 -- From: (none)
 -- To: (none)
--- KEYS[1..T*n]: the keys of n tasks of one queue (T = the fields of engine/keys.py TaskKeys), task after task
+-- KEYS[1..T*n]: the keys of n tasks of one queue (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of), task after task
 -- ARGV[1..4]: engine config; ARGV[5]: '1' when anyone's task may be seen, else '0'; ARGV[6]: the owner
 --   whose tasks may be seen; ARGV[7]: '1' to add history and the queue's newest event id;
 --   ARGV[8..7+n]: the task ids

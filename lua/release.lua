@@ -1,7 +1,7 @@
 -- Release: the lease holder gives the task back unfinished (graceful shutdown); no attempt is consumed.
 -- From: PROCESSING
 -- To: PENDING
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: claim id; ARGV[7]: reason;
 --   ARGV[8]: worker name
 -- Returns: {OK, state, version} | {REPLAYED, state, version} for a repeat with the same token |

@@ -2,7 +2,7 @@
 -- (dependency_failed:<parent>) when one ended otherwise or is gone, or else keeps waiting.
 -- From: PENDING
 -- To: PENDING, CANCELLED
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys);
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of);
 --   KEYS[T+1..T+2n]: each parent's hash and children set, in the order of ARGV[7..6+n]
 -- ARGV[1..4]: engine config; ARGV[5]: task id; ARGV[6]: n, the number of parents;
 --   ARGV[7..6+n]: the parents' ids, as the task lists them

@@ -1,7 +1,7 @@
 -- Retry: the owner or an admin reopens a task that failed or timed out; attempts start again.
 -- From: FAILED, TIMEOUT
 -- To: PENDING
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: who asks; ARGV[6]: '1' if admin; ARGV[7]: retry id
 --   (unique per call)
 -- Returns: {OK, version} | {REPLAYED, version} for a resent call | {NOT_FOUND} (also for a task

@@ -1,7 +1,7 @@
 -- Stage: the lease holder enters a named stage, which may carry its own deadline.
 -- From: PROCESSING
 -- To: PROCESSING
--- KEYS[1..T]: the task's keys (T = the fields of engine/keys.py TaskKeys)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of)
 -- ARGV[1..4]: engine config; ARGV[5]: fencing token; ARGV[6]: claim id;
 --   ARGV[7]: stage name; ARGV[8]: stage timeout ms (0 = none); ARGV[9]: worker name
 -- Returns: {OK, version} | {REPLAYED, version} when already in that stage | {NOT_FOUND} |

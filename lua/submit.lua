@@ -1,7 +1,7 @@
 -- Submit: creates a task in PENDING, or returns the task an idempotency key already names.
 -- From: (none)
 -- To: PENDING
--- KEYS[1..T]: the new task's keys (T = the fields of engine/keys.py TaskKeys);
+-- KEYS[1..T]: the new task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of);
 --   KEYS[T+1]: the owner's task index; KEYS[T+2..T+1+2n]: each parent's hash and children set
 --   (n = n_parents); KEYS[T+2+2n]: the owner's submit-rate key (only with a quota ~= '');
 --   then the idempotency key (optional)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -56,10 +57,10 @@ def preamble(verb: str = "", function: bool = False) -> str:
     codes = ", ".join(f"{c.name} = {c.value}" for c in Code)
     legal = ", ".join(f"{v} = {_lua_set(t.sources)}" for v, t in TRANSITIONS.items() if v == verb)
     sets = ", ".join(f"{s} = '{name}'" for s, name in DEADLINE_SET.items())
-    n = len(TaskKeys._fields)
-    fields = ", ".join(f"{f} = KEYS[o + {i + 1}]" for i, f in enumerate(TaskKeys._fields))
+    passed = task_keys_of(verb) if verb in SCRIPTS else TaskKeys._fields
+    fields = ", ".join(f"{f} = KEYS[o + {i + 1}]" for i, f in enumerate(passed))
     bind = "" if function else _BIND_EVAL
-    return _base_preamble(codes, legal, sets, n, fields) + bind + (_keys_at() if _uses_keys_at(verb) else "")
+    return _base_preamble(codes, legal, sets, len(passed), fields) + bind + (_keys_at() if _uses_keys_at(verb) else "")
 
 
 #: How a script sees its call by EVAL: KEYS and ARGV are globals, and K and CFG are built as the chunk
@@ -96,9 +97,12 @@ local PRIORITY_SPAN = {priority.SPAN}
 local WAKE_WITHIN_MS = {int(WAKE_WITHIN * 1000)}
 local BUCKETS_MS = {{{", ".join(str(ms(b)) for b in DURATION_BUCKETS)}}}  -- config.py DURATION_BUCKETS
 local BODY_HISTORY = {BODY_HISTORY}  -- keys.py: a task body's first history entry
-local T = {n}  -- the task's keys (engine/core/keys.py TaskKeys); a script's extra keys follow: KEYS[T + 1], ...
+local T = {n}  -- the task's keys this script touches (lua_source.py task_keys_of); extra keys follow: KEYS[T + 1], ...
+local NOT_PASSED = {{__index = function(_, field)  -- a key outside task_keys_of: a bug, never a silent nil
+  error('task key ' .. tostring(field) .. ' is not passed to this script (engine/core/lua_source.py task_keys_of)')
+end}}
 local function taskkeys(o)
-  return {{{fields}}}
+  return setmetatable({{{fields}}}, NOT_PASSED)
 end
 local function config()
   return {{stream_max = ARGV[1], history_max = tonumber(ARGV[2]),  -- stream_max: XADD's text
@@ -190,6 +194,55 @@ def needed_libs(name: str) -> tuple[str, ...]:
             needed.add(lib)
             text += _lib_text(lib)
     return tuple(lib for lib in LIBS if lib in needed)
+
+
+@cache
+def task_keys_of(name: str) -> tuple[str, ...]:
+    """The keys of a task (TaskKeys fields, in their order) that script ``name`` may touch: what a
+    call passes it as KEYS[1..T], so that every key a script touches is passed in KEYS, and no other.
+
+    Read off its text and that of every lua/lib function it may reach (a function named anywhere in
+    reachable text counts as reached; a lib's top-level text always does): a field named as
+    ``<table>.<field>``, and every deadline set where a keys table is indexed by a state's set
+    (``K[...]``: lib/record.lua ``place``). The Lua side refuses a key outside these with an error
+    (``NOT_PASSED``), so a miss here fails the tests of that script instead of reading nil.
+    """
+    functions: dict[str, str] = {}  # lib function name -> its text
+    always = ""
+    for lib in needed_libs(name):
+        head, *parts = re.split(r"^(?=local function \w+)", _code(_lib_text(lib)), flags=re.M)
+        always += head
+        functions.update((p.split()[2].split("(")[0], p) for p in parts)
+    fields, dynamic = set(TaskKeys._fields), False
+    found: set[str] = set()
+    reached: set[str] = set()
+    todo = [_code(_body(name)), always]
+    while todo:
+        text = todo.pop()
+        found |= set(re.findall(r"\b[A-Za-z_]\w*\.(\w+)", text)) & fields
+        dynamic = dynamic or re.search(r"\b(?!KEYS\b)[Kk]\w*\[", text) is not None  # a keys table's K[...]
+        for word in set(re.findall(r"\b\w+\b", text)) & functions.keys() - reached:
+            reached.add(word)
+            todo.append(functions[word])
+    if dynamic:
+        found |= set(DEADLINE_SET.values())
+    return tuple(f for f in TaskKeys._fields if f in found)
+
+
+def _code(text: str) -> str:
+    """Lua text without its comments (``--`` to the end of the line; no string of lua/ holds one)."""
+    return re.sub(r"--[^\n]*", "", text)
+
+
+def passed_keys(name: str, keys: TaskKeys) -> list[str]:
+    """The keys of ``keys`` a call of script ``name`` passes (``task_keys_of``), in order."""
+    return [getattr(keys, f) for f in task_keys_of(name)]
+
+
+def call_keys(name: str, keys: TaskKeys | Sequence[str], extra: Sequence[str] = ()) -> list[str]:
+    """What a call of script ``name`` passes as KEYS: given a task's keys, those the script touches
+    (``passed_keys``), else ``keys`` as they are; then ``extra``."""
+    return [*(passed_keys(name, keys) if isinstance(keys, TaskKeys) else keys), *extra]
 
 
 def script_shas() -> dict[str, str]:

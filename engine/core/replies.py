@@ -13,11 +13,10 @@ from .errors import (
     TaskCancelled,
     TaskNotFound,
 )
-from .keys import TaskKeys, parse_task_id
+from .keys import parse_task_id
 from .text import decoded
 
 RESOLVE_MARK = "!resolve"  # lua/lib/record.lua: finish()
-WAITING = TaskKeys._fields.index("waiting")
 
 
 def parse(reply) -> list:

@@ -29,11 +29,11 @@ from .errors import (
 )
 from .functions import LUA, AsyncLuaCall, LuaCall, ensure_loaded, prune_libraries
 from .keys import TaskKeys
-from .lua_source import SCRIPTS
+from .lua_source import SCRIPTS, call_keys, task_keys_of
 from .models import Lease
 from .plans import Plan, SubmitArgs
 from .replication import Waiter
-from .replies import RESOLVE_MARK, WAITING, parse, refuse
+from .replies import RESOLVE_MARK, parse, refuse
 from .text import text
 
 __all__ = ["AsyncScripts", "Scripts", "SubmitArgs"]
@@ -53,14 +53,14 @@ class _Runner:
         self._waiter = Waiter(redis, config)
         self._scripts = {name: self._lua_call(redis, name) for name in SCRIPTS}
 
-    def _parse(self, keys: Sequence[str], raw) -> tuple[list, str | None]:
+    def _parse(self, name: str, keys: Sequence[str], raw) -> tuple[list, str | None]:
         """The parsed reply, and the waiting-set key to resolve (``on_resolve``, before the WAIT's
         verdict) when the script ended a task others wait on (None else)."""
         reply = parse(raw)
         resolve = None
         if reply and reply[-1] == RESOLVE_MARK:
             reply.pop()
-            resolve = keys[WAITING] if self.on_resolve else None
+            resolve = keys[task_keys_of(name).index("waiting")] if self.on_resolve else None
         return reply, resolve
 
 
@@ -71,22 +71,25 @@ class Scripts(_Runner):
     return replies and never raise on a refusal. Calls given ``client`` (a pipeline) only queue the
     script: ``replies(pipe)`` then runs them and gives their parsed replies."""
 
-    def _call(self, name: str, keys: Sequence[str], args: Sequence[Any], client=None, via=None) -> list:
-        """Run script ``name``; with ``client`` (a pipeline) the reply comes from ``execute()``.
-        ``via``: another client of the same server to send it on (the heartbeat's own).
+    def _call(
+        self, name: str, keys: TaskKeys | Sequence[str], args: Sequence[Any], client=None, via=None, extra=()
+    ) -> list:
+        """Run script ``name`` on ``keys`` (a task's: those the script touches, then ``extra``); with
+        ``client`` (a pipeline) the reply comes from ``execute()``. ``via``: another client of the
+        same server to send it on (the heartbeat's own).
 
         Raises RedisFull when Redis refuses the script's writes (maxmemory under noeviction),
         ReplicationTimeout (``Config.wait_replicas``) when too few replicas acknowledged them.
         """
-        script, argv = self._scripts[name], [*self._cfg, *args]
+        script, argv, keys = self._scripts[name], [*self._cfg, *args], call_keys(name, keys, extra)
         if client is not None:
-            return script(keys=list(keys), args=argv, client=client)
+            return script(keys=keys, args=argv, client=client)
         with refusing_full(name):
             if self._waiter.waits(name):
-                raw, acked = _then_wait(script, list(keys), argv, via or self.redis, self._waiter.command)
+                raw, acked = _then_wait(script, keys, argv, via or self.redis, self._waiter.command)
             else:
-                raw, acked = script(keys=list(keys), args=argv, client=via), None
-        reply, resolve = self._parse(keys, raw)
+                raw, acked = script(keys=keys, args=argv, client=via), None
+        reply, resolve = self._parse(name, keys, raw)
         if resolve:
             self.on_resolve(resolve)
         self._waiter.check(acked, name, keys, reply)
@@ -137,7 +140,7 @@ class Scripts(_Runner):
         seen = "" if seen_score is None else repr(float(seen_score))
         mode = "rearm" if rearm else "passed" if passed else ""
         return refuse(
-            self._call("dispatch", [*keys, control], [dispatch_id, requeue_ms, seen, mode, passed]),
+            self._call("dispatch", keys, [dispatch_id, requeue_ms, seen, mode, passed], extra=[control]),
             "dispatch",
             task_id,
         )
@@ -168,7 +171,8 @@ class Scripts(_Runner):
         when the claim found the task expired (and cancelled it)."""
         argv = [worker, claim_id, dispatch_id, types, breaker_spec, limit_spec]
         argv += [settings_for, free, head, "1" if last_try else "", "" if room_ms is None else str(room_ms)]
-        reply = self._call("claim", [*keys, *([breaker_key] if breaker_key else []), *limit_keys, *head_keys], argv)
+        extra = [*([breaker_key] if breaker_key else []), *limit_keys, *head_keys]
+        reply = self._call("claim", keys, argv, extra=extra)
         if reply[0] == Code.WRONG_DISPATCH:
             raise WrongDispatch(task_id, dispatch_id)
         if reply[0] == Code.UNKNOWN_TYPE:
@@ -183,7 +187,7 @@ class Scripts(_Runner):
 
     # -- the lease holder's calls: token and claim id first; LeaseLost and its kin -------------------
     def _hold(self, verb: str, keys: TaskKeys, lease: Lease, *argv: Any, extra: str | None = None, via=None) -> list:
-        reply = self._call(verb, [*keys, *([extra] if extra else [])], [lease.token, lease.claim_id, *argv], via=via)
+        reply = self._call(verb, keys, [lease.token, lease.claim_id, *argv], via=via, extra=[extra] if extra else ())
         return refuse(reply, verb, lease.task_id, lease.token)
 
     def heartbeat(self, keys: TaskKeys, lease: Lease, lease_ms: int, via=None) -> list:
@@ -248,7 +252,7 @@ class Scripts(_Runner):
     ) -> list:
         """``kind`` rate_limited goes with the limit's start log and parked set, and its spec."""
         argv = [wait_ms, plans.flag(fail_fast), upstream, park_id, kind, limit_spec]
-        return refuse(self._call("park", [*keys, *limit_keys], argv), "park", task_id)
+        return refuse(self._call("park", keys, argv, extra=limit_keys), "park", task_id)
 
     # -- sweeper calls: never raise on a refusal, the sweeper counts outcomes -----------------------
     def expire(self, keys: TaskKeys, task_id: str, by: str = "", client=None) -> list | None:
@@ -273,7 +277,7 @@ class Scripts(_Runner):
         """Delete a terminal task past retention: ``entry`` is its entry of the ended line (None: a task
         of the expiry set, from before the line)."""
         argv = [task_id] + ([entry] if entry is not None else [])
-        return self._call("purge", [*keys, *([owner_index] if owner_index else [])], argv, client=client)
+        return self._call("purge", keys, argv, client=client, extra=[owner_index] if owner_index else ())
 
     def overdue(self, keys: TaskKeys, task_id: str, client=None) -> list | None:
         """Record ``overdue`` (or ``escalated``) once when due: {OK, event name}."""
@@ -281,7 +285,7 @@ class Scripts(_Runner):
 
     def resolve(self, keys: TaskKeys, task_id: str, parent_ids: Sequence[str], parents: Sequence[TaskKeys]) -> list:
         """Look at a waiting task's parents (their keys ``parents`` in the order of ``parent_ids``)."""
-        return self._call("resolve", [*keys, *plans.pairs(parents)], [task_id, len(parent_ids), *parent_ids])
+        return self._call("resolve", keys, [task_id, len(parent_ids), *parent_ids], extra=plans.pairs(parents))
 
     def due(self, sets: Sequence[str], batch: int, ended: str | None = None) -> tuple[list[list[str]], int]:
         """Ids due now in each of ``sets`` (a batch each), then, given the queue's ``ended`` line, its
@@ -338,7 +342,7 @@ class AsyncScripts(_Runner):
                 raw, acked = await _then_wait_async(script, list(keys), argv, self.redis, self._waiter.command)
             else:
                 raw, acked = await script(keys=list(keys), args=argv), None
-        reply, resolve = self._parse(keys, raw)
+        reply, resolve = self._parse(name, keys, raw)
         if resolve:
             await self.on_resolve(resolve)
         self._waiter.check(acked, name, keys, reply)

@@ -37,8 +37,9 @@ def test_dispatch_with_the_current_dispatch_id_is_replayed_and_only_rearms_the_j
     before = snapshot(dispatching, task.id)
     reply = dispatching.scripts._call(
         "dispatch",
-        [*dispatching.keys.task(task.id), dispatching.keys.queue_key("images", "control")],
+        dispatching.keys.task(task.id),
         [executor.dispatches(task.id)[0], 300_000],
+        extra=[dispatching.keys.queue_key("images", "control")],
     )
     assert reply == [Code.REPLAYED, 2]
     after = snapshot(dispatching, task.id)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ghostless import Code, Config, State
-from ghostless.core.lua_source import SCRIPTS
+from ghostless.core.lua_source import SCRIPTS, call_keys
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import claimed, purge_due_ms, raw_task, sibling, snapshot
 from tests.support.wait import wait_for_server_time
@@ -30,10 +30,10 @@ def capture(engine, script: str, action: Callable) -> tuple[list, list]:
     seen = []
     real = engine.scripts._call
 
-    def spy(name, keys, args, client=None, via=None):
+    def spy(name, keys, args, client=None, via=None, extra=()):
         if name != script:
-            return real(name, keys, args, client, via)
-        seen.append((list(keys), list(args)))
+            return real(name, keys, args, client, via, extra)
+        seen.append((call_keys(name, keys, extra), list(args)))
         raise _Captured
 
     engine.scripts._call = spy
