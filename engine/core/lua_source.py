@@ -82,7 +82,7 @@ local function keys_at(o)
   for f, v in pairs(K) do
     if k[f] == nil then k[f] = v end
   end
-  return k
+  return setmetatable(k, NOT_PASSED)
 end
 """
 
@@ -202,10 +202,12 @@ def task_keys_of(name: str) -> tuple[str, ...]:
     call passes it as KEYS[1..T], so that every key a script touches is passed in KEYS, and no other.
 
     Read off its text and that of every lua/lib function it may reach (a function named anywhere in
-    reachable text counts as reached; a lib's top-level text always does): a field named as
-    ``<table>.<field>``, and every deadline set where a keys table is indexed by a state's set
+    reachable text counts as reached; a lib's text before its first function always does; text
+    between two functions counts with the one before it): a field named as ``<table>.<field>``, and
+    every deadline set where a keys table named ``K...``/``k...`` is indexed by a state's set
     (``K[...]``: lib/record.lua ``place``). The Lua side refuses a key outside these with an error
-    (``NOT_PASSED``), so a miss here fails the tests of that script instead of reading nil.
+    (``NOT_PASSED``, also on ``keys_at``'s table), so a miss here fails the tests of that script
+    instead of reading nil.
     """
     functions: dict[str, str] = {}  # lib function name -> its text
     always = ""
