@@ -383,9 +383,11 @@ def run_size(label: str, flags: list[str], n: int, watchers, server, client, pro
         print(f"  {label} n={n}: web log tail:\n{web.proc.output()[-2000:]}", file=sys.stderr)
         raise
     finally:
-        if gens is not None:
-            gens.close()
-        web.stop()
+        try:
+            if gens is not None:
+                gens.close()
+        finally:
+            web.stop()  # even when closing the generators failed: a web server is never left behind
 
 
 def listen_overflows() -> int:
