@@ -2,9 +2,9 @@
 
 Each benchmark measures ghostless beside its baseline (a trivial EVALSHA, plain RQ, flask-sse) in
 the same run and prints its figures with their targets; this collects their output as is, with the
-machine, the load average while each ran, when and how long each took. ``make bench ARGS=sse.py``
-runs one and replaces only its section of docs/benchmarks.md (``ARGS="'watchers.py --resume'"``:
-one that takes arguments, named with them).
+machine, the load average and a reading of its speed (python_speed) as each began, when and how long
+each took. ``make bench ARGS=sse.py`` runs one and replaces only its section of docs/benchmarks.md
+(``ARGS="'watchers.py --resume'"``: one that takes arguments, named with them).
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ from bench._common import ROOT, machine
 BENCHES = [  # (script, what it measures)
     ("core.py", "full lifecycles vs a trivial EVALSHA; server CPU per lifecycle"),
     ("instructions.py", "redis-server instructions per lifecycle (callgrind): functions vs EVALSHA"),
+    (
+        "instructions.py --realistic",
+        "the same with two stages and a progress report per lifecycle: the calls a lease holder makes as it works",
+    ),
     ("sweep.py", "sweeper tick with 1M tasks; reclaim rate; memory per task vs an RQ job"),
     ("recovery.py", "time from SIGKILL to another worker entering the task, vs plain RQ"),
     ("throughput.py", "no-op tasks through ghostless on RQ vs plain RQ jobs"),
@@ -45,7 +49,7 @@ def main(argv: list[str]) -> int:
     for script, what in BENCHES:
         if only and script not in only:
             continue
-        load = os.getloadavg()[0]
+        load, speed = os.getloadavg()[0], python_speed()
         start = time.monotonic()
         print(f"== bench/{script}: {what}", flush=True)
         run = subprocess.run(
@@ -62,9 +66,10 @@ def main(argv: list[str]) -> int:
             failed.append(script)
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         sections[script] = (
-            f"## bench/{script}\n\n{what}. Run {stamp}; took {took:.0f} s; load average {load:.1f} "
-            f"at the start{'; exit code ' + str(run.returncode) if run.returncode else ''} (a "
-            f"missed target exits 1).\n\n```\n{output}\n```\n"
+            f"## bench/{script}\n\n{what}. Run {stamp}; took {took:.0f} s; load average {load:.1f} and a "
+            f"1M-addition Python loop {speed:.0f} ms at the start"
+            f"{'; exit code ' + str(run.returncode) if run.returncode else ''} (a missed target exits 1)."
+            f"\n\n```\n{output}\n```\n"
         )
     doc = (
         "# Benchmarks\n\nWritten by `make bench`. Every figure is measured beside its baseline in the same "
@@ -75,6 +80,19 @@ def main(argv: list[str]) -> int:
     doc_path.write_text(doc)
     print(f"wrote docs/benchmarks.md{' (failed: ' + ', '.join(failed) + ')' if failed else ''}")
     return 1 if failed else 0
+
+
+def python_speed() -> float:
+    """Milliseconds a fixed Python loop (1M additions) takes now, best of 3: how fast this shared
+    machine runs at the moment, so runs of different hours compare (2026-12-05: 73 to 113 ms within
+    ten minutes)."""
+    best = float("inf")
+    for _ in range(3):
+        start, total = time.perf_counter(), 0
+        for i in range(1_000_000):
+            total += i
+        best = min(best, time.perf_counter() - start)
+    return best * 1000
 
 
 def _sections(doc: str) -> dict[str, str]:
