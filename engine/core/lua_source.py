@@ -236,15 +236,12 @@ def _code(text: str) -> str:
     return re.sub(r"--[^\n]*", "", text)
 
 
-def passed_keys(name: str, keys: TaskKeys) -> list[str]:
-    """The keys of ``keys`` a call of script ``name`` passes (``task_keys_of``), in order."""
-    return [getattr(keys, f) for f in task_keys_of(name)]
-
-
 def call_keys(name: str, keys: TaskKeys | Sequence[str], extra: Sequence[str] = ()) -> list[str]:
     """What a call of script ``name`` passes as KEYS: given a task's keys, those the script touches
-    (``passed_keys``), else ``keys`` as they are; then ``extra``."""
-    return [*(passed_keys(name, keys) if isinstance(keys, TaskKeys) else keys), *extra]
+    (``task_keys_of``, in order), else ``keys`` as they are; then ``extra``."""
+    if isinstance(keys, TaskKeys):
+        return [*(getattr(keys, f) for f in task_keys_of(name)), *extra]
+    return [*keys, *extra]
 
 
 def script_shas() -> dict[str, str]:

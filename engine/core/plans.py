@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from .errors import Code, IdempotencyConflict, UnknownParent
 from .keys import TaskKeys, parse_task_id
-from .lua_source import passed_keys
+from .lua_source import call_keys
 from .replies import quota_exceeded, refuse
 
 
@@ -95,12 +95,12 @@ def submit(
         return reply
 
     extra = [*pairs(parents), *([rate_key] if rate_key else []), *([idem_key] if idem_key else [])]
-    return Plan("submit", [*passed_keys("submit", keys), owner_index, *extra], args.argv(), check)
+    return Plan("submit", call_keys("submit", keys, [owner_index, *extra]), args.argv(), check)
 
 
 # -- management: owner-checked inside the script --------------------------------------------------
 def cancel(keys: TaskKeys, task_id: str, by: str, admin: bool, reason: str) -> Plan:
-    return Plan("cancel", passed_keys("cancel", keys), [by, flag(admin), reason], _refusing("cancel", task_id))
+    return Plan("cancel", call_keys("cancel", keys), [by, flag(admin), reason], _refusing("cancel", task_id))
 
 
 def edit(
@@ -118,14 +118,14 @@ def edit(
     """``rate_key`` goes with a quota (``quota`` not '')."""
     return Plan(
         "edit",
-        [*passed_keys("edit", keys), *passed_keys("edit", new_keys), owner_index, *([rate_key] if rate_key else [])],
+        [*call_keys("edit", keys), *call_keys("edit", new_keys, [owner_index, *([rate_key] if rate_key else [])])],
         [by, flag(admin), new_id, args_json, quota],
         _refusing("edit", task_id),
     )
 
 
 def retry(keys: TaskKeys, task_id: str, by: str, admin: bool, retry_id: str) -> Plan:
-    return Plan("retry", passed_keys("retry", keys), [by, flag(admin), retry_id], _refusing("retry", task_id))
+    return Plan("retry", call_keys("retry", keys), [by, flag(admin), retry_id], _refusing("retry", task_id))
 
 
 # -- reads ----------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def reads(task_keys: dict[str, TaskKeys], owner: str | None, full: bool = False)
             ids,
             Plan(
                 "read",
-                [k for i in ids for k in passed_keys("read", task_keys[i])],
+                [k for i in ids for k in call_keys("read", task_keys[i])],
                 [*head, *ids],
                 lambda reply: reply[1:],
             ),

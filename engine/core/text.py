@@ -6,6 +6,8 @@ reader turns what it got into text here.
 
 from __future__ import annotations
 
+import re
+
 
 def text(v) -> str:
     """``v`` as str: bytes decoded (UTF-8), None as ``""``, anything else through ``str``."""
@@ -19,12 +21,13 @@ def text_or_none(v) -> str | None:
     return None if v is None else text(v)
 
 
+_INT_TEXT = re.compile(r"-?[0-9]+")
+
+
 def int_or_text(v):
     """``v`` as an int when it is the text of one (ASCII digits, an optional minus), else as it is: a
     stored number read back. ``str.isdigit`` alone is true for "²", which ``int`` refuses."""
-    if isinstance(v, str) and v.isascii() and v.lstrip("-").isdigit() and v.count("-") <= 1:
-        return int(v)
-    return v
+    return int(v) if isinstance(v, str) and _INT_TEXT.fullmatch(v) else v
 
 
 def decoded(v):

@@ -8,7 +8,7 @@ import pytest
 
 from ghostless import Code, IllegalTransition, LeaseLost, State, TaskCancelled, TaskNotFound
 from ghostless.core.keys import new_task_id
-from ghostless.core.lua_source import passed_keys
+from ghostless.core.lua_source import call_keys
 from tests.support.fakes import FakeDispatcher
 from tests.support.snapshots import GHOST, ended_at, in_state, raw_task, sibling, snapshot
 
@@ -153,7 +153,7 @@ def test_edit_with_an_executor_dispatches_the_replacement(engine):
 def test_resent_edit_with_the_same_new_id_is_replayed_and_changes_nothing(engine):
     old = submitted(engine)
     new_id = new_task_id("images")
-    old_keys, new_keys = (passed_keys("edit", engine.keys.task(t)) for t in (old.id, new_id))
+    old_keys, new_keys = (call_keys("edit", engine.keys.task(t)) for t in (old.id, new_id))
     keys = [*old_keys, *new_keys, engine.keys.owner_index("images", "alice")]
     argv = ["alice", "0", new_id, '{"prompt":"a dog"}']
     assert engine.scripts._call("edit", keys, argv)[:2] == [Code.OK, new_id]
