@@ -35,6 +35,7 @@ from bench._common import (
     ARGS,
     REALISTIC_STEPS,
     RESULT,
+    RQ_WORKER_NAME,
     Engine,
     RoundTrips,
     Timer,
@@ -326,7 +327,7 @@ def bench_memory(r) -> dict:
     verify_shim(engine, "job", ARGS, RESULT)
     # One lifecycle at a time, so the stream holds every kind of event interleaved, as a service's
     # does (pipelined batches would leave runs of one kind, which Redis stores more compactly).
-    ids = pipelined_lifecycles(engine, "job", ARGS, RESULT, MEM_TASKS, 1, steps=REALISTIC_STEPS)
+    ids = pipelined_lifecycles(engine, "job", ARGS, RESULT, MEM_TASKS, 1, worker=RQ_WORKER_NAME, steps=REALISTIC_STEPS)
     sample = ids[-200:]
     per_key = {"task hash": [], "body (args, result, history)": []}
     args_len, result_len = [], []
@@ -356,8 +357,8 @@ def bench_memory(r) -> dict:
     overhead = total - a_len - r_len
     print(
         f"(c) ghostless SUCCESS task, realistic lifecycle (submit, claim, {len(REALISTIC_STEPS)} steps: "
-        f"{', '.join(step[0] for step in REALISTIC_STEPS)}, complete; {MEM_TASKS:,} lifecycles, median of "
-        "the last 200): "
+        f"{', '.join(step[0] for step in REALISTIC_STEPS)}, complete, by a worker named like RQ's default "
+        f"(uuid4().hex, {len(RQ_WORKER_NAME)} characters); {MEM_TASKS:,} lifecycles, median of the last 200): "
         + ", ".join(f"{n} {v:.0f} B" for n, v in owned.items())
         + f", index zset share {index_share:.0f} B, owner index share {owner_share:.0f} B (zset MEMORY USAGE / "
         f"members; {n_tasks:,} members, one owner), ended line share {line_share:.0f} B (MEMORY USAGE / LLEN), "
@@ -392,7 +393,9 @@ def bench_memory(r) -> dict:
 def spread_owner_share(r, engine, owners: int) -> float:
     """Bytes per task of the owner indexes when MEM_TASKS realistic lifecycles belong to ``owners`` owners."""
     r.flushall()
-    ids = pipelined_lifecycles(engine, "job", ARGS, RESULT, MEM_TASKS, 100, steps=REALISTIC_STEPS, owners=owners)
+    ids = pipelined_lifecycles(
+        engine, "job", ARGS, RESULT, MEM_TASKS, 100, worker=RQ_WORKER_NAME, steps=REALISTIC_STEPS, owners=owners
+    )
     return sum(usage(r, engine.keys.owner_index("default", f"user{i}")) for i in range(owners)) / len(ids)
 
 
