@@ -39,7 +39,8 @@ def snapshot(engine, task_id: str, owner: str | None = None):
     entry = engine.scripts.read({task_id: engine.keys.task(task_id)}, owner, full=True)[task_id]
     if not entry:
         return None, [], "0-0"
-    return Task.from_reply(entry, task_id), [Event.from_json(e) for e in entry[4]], entry[5]
+    task = Task.from_reply(entry, task_id)
+    return task, Event.history(entry[4], task.attempt, task.worker), entry[5]
 
 
 # -- users ----------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from . import priority
 from .config import DURATION_BUCKETS, WAKE_WITHIN, ms
 from .errors import Code
 from .keys import BODY_HISTORY, TASK_OWN_KEYS, TaskKeys
-from .models import HISTORY_LAYOUT, HISTORY_NAMES, IMPLIED
+from .models import HISTORY_LAYOUT, HISTORY_NAMES, IMPLIED, OF_CLAIM
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 
 # package data: a real folder installed, editable or in a checkout
@@ -118,6 +118,8 @@ RECORD_TABLES = (
     "  -- engine/core/models.py HISTORY_NAMES\n"
     "local HL = {" + ", ".join(f"'{f}'" for f in HISTORY_LAYOUT) + "}  -- engine/core/models.py HISTORY_LAYOUT\n"
     f"local IN_HL = {_lua_set(HISTORY_LAYOUT)}\n"
+    f"local HL_WORKER = {HISTORY_LAYOUT.index('worker') + 1}  -- the worker's place in HL\n"
+    f"local OF_CLAIM = {_lua_set(OF_CLAIM)}  -- engine/core/models.py OF_CLAIM\n"
     "local IMPLIED = {"
     + ", ".join(
         f"{name} = {{" + ", ".join(f"{verb} = '{state}'" for verb, state in by_verb.items()) + "}"

@@ -176,6 +176,10 @@ HISTORY_NAMES = {
 }  # fmt: skip
 _LONG_NAMES = {short: long for long, short in HISTORY_NAMES.items()}
 assert len(_LONG_NAMES) == len(HISTORY_NAMES) and not set(_LONG_NAMES) & set(HISTORY_NAMES)
+#: Entries a task's history (not its stream) writes without their worker when it is the worker its
+#: attempt's claim entry names (lua/lib/record.lua ``emit``): stage entries, and the transitions of
+#: these verbs. ``history_entries`` reads the worker back from that claim entry.
+OF_CLAIM = ("stage", "complete", "fail", "release", "expire")
 _NUMBERS = ("at", "attempt", "token")  # read back as the numbers they were written as
 #: Stored data once written: an entry that left a state out is read back with these (a test pins them).
 IMPLIED = {"from": implied("from"), "to": implied("to")}
@@ -218,6 +222,24 @@ def history_entry(raw) -> dict:
     return d
 
 
+def history_entries(raws, attempt: int | None = None, worker: str = "") -> list[dict]:
+    """A task's stored history entries, oldest first (``history_entry`` each), with the worker of
+    each OF_CLAIM entry written without it: that of its attempt's claim entry. When that claim entry
+    was trimmed off the front of a long history, ``attempt`` and ``worker`` (the task's, when the
+    caller has them) name the worker of the task's latest attempt."""
+    claimed: dict[Any, str] = {attempt: worker} if attempt is not None and worker else {}
+    out = []
+    for raw in raws:
+        d = history_entry(raw)
+        what = d.get("verb") if d["kind"] == "transition" else d["kind"]
+        if what == "claim" and "worker" in d:
+            claimed[d.get("attempt")] = d["worker"]
+        elif what in OF_CLAIM and "worker" not in d and d.get("attempt") in claimed:
+            d["worker"] = claimed[d.get("attempt")]
+        out.append(d)
+    return out
+
+
 @dataclass
 class Event:
     """One entry of a task's history (oldest first from Engine.history)."""
@@ -236,7 +258,19 @@ class Event:
 
     @classmethod
     def from_json(cls, raw) -> Event:
-        d = history_entry(raw)
+        return cls.from_entry(history_entry(raw))
+
+    @classmethod
+    def history(cls, raws, attempt: int | None = None, worker: str = "") -> list[Event]:
+        """A task's stored history entries, oldest first (``history_entries``)."""
+        return [cls.from_entry(d) for d in history_entries(raws, attempt, worker)]
+
+    def lacks_its_worker(self) -> bool:
+        """An OF_CLAIM entry whose worker its history could not name (its claim entry trimmed off)."""
+        return not self.worker and (self.verb if self.kind == "transition" else self.kind) in OF_CLAIM
+
+    @classmethod
+    def from_entry(cls, d: dict) -> Event:
         known = {"kind", "at", "from", "to", "stage", "attempt", "worker", "reason", "by", "verb"}
         return cls(
             kind=d.get("kind", ""),

@@ -51,7 +51,11 @@ def history(engine, task_id: str) -> Call[list[Event]]:
     rows = yield Command("lrange", (keys.body, BODY_HISTORY, -1))
     if not rows:  # a task from before the body (keys.py TaskKeys), or none
         rows = yield Command("lrange", (keys.history, 0, -1))
-    return [Event.from_json(e) for e in rows]
+    events = Event.history(rows)
+    if any(e.lacks_its_worker() for e in events):  # its attempt's claim entry was trimmed off the front
+        attempt, worker = yield Command("hmget", (keys.task, "attempt", "worker"))
+        events = Event.history(rows, int(attempt or 0), text(worker or ""))
+    return events
 
 
 def checkpoints(engine, task_id: str) -> Call[dict[str, Any]]:

@@ -25,11 +25,10 @@ local function history_value(v)
   return v
 end
 
--- The history entry of an event (engine/core/models.py HISTORY_LAYOUT, read by history_entry): the
--- fields of HL by position ('' for a transition's kind, and for its from or to where its verb implies
--- it: IMPLIED), then the others as '<short name (HN)>=<value>', joined by '|'. Trailing empty fields
--- are left out when no other field follows.
-local function history_text(kind, now, ev)
+-- The fields of the history entry of an event (engine/core/models.py HISTORY_LAYOUT, read by
+-- history_entry), and how many: the fields of HL by position ('' for a transition's kind, and for its
+-- from or to where its verb implies it: IMPLIED), then the others as '<short name (HN)>=<value>'.
+local function history_parts(kind, now, ev)
   local transition = kind == 'transition'
   local parts = {numtext(now), transition and '' or kind}
   for i = 3, #HL do
@@ -48,22 +47,34 @@ local function history_text(kind, now, ev)
       parts[n] = (HN[k] or k) .. '=' .. history_value(v)
     end
   end
-  while n > 2 and parts[n] == '' do
-    parts[n] = nil
-    n = n - 1
-  end
-  return table.concat(parts, '|')
+  return parts, n
+end
+
+-- The entry: the parts joined by '|', trailing empty fields left out when no other field follows.
+local function history_line(parts, n)
+  while n > 2 and parts[n] == '' do n = n - 1 end
+  return table.concat(parts, '|', 1, n)
 end
 
 -- Appends an event to the queue stream (always) and to the task history (when `hist`): the same
--- line (history_text) in both. `ev` holds the event's own fields. A stream entry has five fields, the
+-- line in both, except that the history leaves out the worker of an entry its attempt's claim entry
+-- names already (models.py OF_CLAIM: a stage, complete, fail, release or expire by the task's
+-- worker; history_entries reads it back from the claim's). A stream entry stands alone: it keeps it.
+-- `ev` holds the event's own fields. A stream entry has five fields, the
 -- same five for every event (engine/core/streams.py stream_event): Redis then stores an entry as its
 -- values alone, and the readers' filters (task, owner) need no parsing.
 local function emit(K, t, kind, now, ev, hist)
-  local line = history_text(kind, now, ev)
+  local parts, n = history_parts(kind, now, ev)
+  local line = history_line(parts, n)
   redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', 'id', t.id, 'owner', t.owner, 'type', t.type,
     'version', t.version, 'e', line)
-  if hist then body_record(K, line, CFG.history_max) end
+  if hist then
+    if OF_CLAIM[kind == 'transition' and ev.verb or kind] and parts[HL_WORKER] ~= '' and ev.worker == t.worker then
+      parts[HL_WORKER] = ''
+      line = history_line(parts, n)
+    end
+    body_record(K, line, CFG.history_max)
+  end
 end
 
 -- Queues a webhook notification (engine/notify.py) when the task asked for one.
