@@ -15,7 +15,6 @@ from click.testing import CliRunner
 from ghostless.cli.root import main
 from ghostless.web import health
 from tests.conftest import need_redis_server
-from tests.support.cluster import cluster_port
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,8 +163,7 @@ def test_the_cluster_example_node_settings_are_accepted_by_redis_server():
     assert args[0] == "redis-server"
     port_at = args.index("--port")
     extra = args[1:port_at] + args[port_at + 2 :]  # our own port instead of 6379
-    server = RedisServer(*extra)
-    server.port = cluster_port()  # a cluster node needs its bus port (port + 10000) free too
+    server = RedisServer(*extra)  # its port's cluster bus port (port + 10000) is free too (free_port)
     server.start()
     try:
         client = server.client()

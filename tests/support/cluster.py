@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -37,24 +36,6 @@ def _wait(predicate, timeout: float, what: str):
         time.sleep(0.05)
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is free too (so port <= 55535)."""
-    for _ in range(200):
-        port = free_port()
-        if port <= 55535 and _bindable(port + 10000):
-            return port
-    raise RuntimeError("no free port pair (port, port + 10000) for a cluster node")
-
-
 class ClusterNodeServer(RedisServer):
     """One cluster node: a RedisServer with cluster mode and its own nodes.conf."""
 
@@ -72,7 +53,7 @@ class ClusterNodeServer(RedisServer):
             "--cluster-require-full-coverage",
             "yes",
         )
-        self.port = cluster_port()
+        self.port = free_port()  # its bus port (port + 10000) is free too
 
     def info(self) -> dict:
         reply = self.client(socket_timeout=1, decode_responses=True).execute_command("CLUSTER INFO")

@@ -6,6 +6,7 @@ Never touches the machine's shared Redis on 6379.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -14,11 +15,37 @@ import time
 
 import redis
 
+#: Ports a test process picks for the servers it starts: a range of its own per pytest-xdist worker
+#: (gw0, gw1, ...; a run without xdist is gw0), below the kernel's ephemeral ports, each with its
+#: cluster bus range (port + 10000) clear of every process's. A port a test freed (a server it killed
+#: to make an outage) is then never taken by another worker's server meanwhile.
+PORTS_FROM, PORTS_PER_WORKER, MAX_WORKERS = 12000, 1000, 8
+
+
+def worker_ports() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    n = int(worker[2:]) if worker[2:].isdigit() else 0
+    start = PORTS_FROM + (n % MAX_WORKERS) * PORTS_PER_WORKER
+    return range(start, start + PORTS_PER_WORKER)
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port of this process's range whose port + 10000 is free too (a cluster node's bus)."""
+    ports = worker_ports()
+    for _ in range(500):
+        port = random.choice(ports)
+        if bindable(port) and bindable(port + 10000):
+            return port
+    raise RuntimeError(f"no free port in {ports} (with its port + 10000)")
 
 
 def redis_server_path() -> str | None:
@@ -74,8 +101,12 @@ class RedisServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited: {self.log_tail()}")
             try:
-                if self.client(socket_timeout=0.5).ping():
+                with self.client(socket_timeout=0.5) as client:
+                    pid = client.info("server")["process_id"]
+                if pid == self.proc.pid:
                     return self
+                # another process's server took the port between its pick and this one's bind
+                raise RuntimeError(f"port {self.port} answers for pid {pid}, not for this redis-server")
             except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
                 time.sleep(0.02)
         raise RuntimeError(f"redis-server on port {self.port} did not answer within {timeout}s")
@@ -106,7 +137,9 @@ class RedisServer:
         self.start()
 
     def close(self) -> None:
-        self.stop()
+        # Killed: its files go with it, and a primary stopped politely first waits for its replicas
+        # to catch up (shutdown-timeout), about a second per test that had one.
+        self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
