@@ -11,7 +11,7 @@ import re
 
 from ghostless.core.clock import server_ms
 from ghostless.core.keys import parse_task_id
-from ghostless.core.models import Event, Task
+from ghostless.core.models import Event, Task, history_entries
 from ghostless.core.states import State
 
 # The stream readers and server_ms live in the core (``ghostless tail`` uses them too); web/sse.py
@@ -40,7 +40,9 @@ def snapshot(engine, task_id: str, owner: str | None = None):
     if not entry:
         return None, [], "0-0"
     task = Task.from_reply(entry, task_id)
-    return task, Event.history(entry[4], task.attempt, task.worker), entry[5]
+    created_ms = round(task.created_at * 1000) if task.created_at else None
+    entries = history_entries(entry[4], task.attempt, task.worker, created_ms)
+    return task, [Event.from_entry(d) for d in entries], entry[5]
 
 
 # -- users ----------------------------------------------------------------------------------------

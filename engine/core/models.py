@@ -222,22 +222,40 @@ def history_entry(raw) -> dict:
     return d
 
 
-def history_entries(raws, attempt: int | None = None, worker: str = "") -> list[dict]:
-    """A task's stored history entries, oldest first (``history_entry`` each), with the worker of
-    each OF_CLAIM entry written without it: that of its attempt's claim entry. When that claim entry
-    was trimmed off the front of a long history, ``attempt`` and ``worker`` (the task's, when the
-    caller has them) name the worker of the task's latest attempt."""
+def history_entries(raws, attempt: int | None = None, worker: str = "", created_ms: int | None = None) -> list[dict]:
+    """A task's stored history entries, oldest first (``history_entry`` each), with the two fields
+    a stored entry may leave to others (lua/lib/record.lua ``emit``) filled in: the worker of an
+    OF_CLAIM entry is that of its attempt's claim entry, and a time stored as ``+<ms>`` counts from
+    the task's creation, the time of its submit entry. When a long history was trimmed past those
+    entries, the task's own ``attempt``, ``worker`` and ``created_ms`` stand in (when the caller has
+    them); without them such a field stays as stored (``resolved`` says so)."""
     claimed: dict[Any, str] = {attempt: worker} if attempt is not None and worker else {}
+    created = created_ms
     out = []
     for raw in raws:
         d = history_entry(raw)
         what = d.get("verb") if d["kind"] == "transition" else d["kind"]
+        at = d.get("at")
+        if isinstance(at, str) and at.startswith("+"):
+            if created is not None:
+                d["at"] = created + int(at[1:])
+        elif what == "submit" and created is None:
+            created = at
         if what == "claim" and "worker" in d:
             claimed[d.get("attempt")] = d["worker"]
         elif what in OF_CLAIM and "worker" not in d and d.get("attempt") in claimed:
             d["worker"] = claimed[d.get("attempt")]
         out.append(d)
     return out
+
+
+def resolved(entries: list[dict]) -> bool:
+    """Whether ``history_entries`` filled in every field its entries left to others."""
+    for d in entries:
+        what = d.get("verb") if d["kind"] == "transition" else d["kind"]
+        if isinstance(d.get("at"), str) or (what in OF_CLAIM and "worker" not in d):
+            return False
+    return True
 
 
 @dataclass
@@ -257,20 +275,8 @@ class Event:
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, raw) -> Event:
-        return cls.from_entry(history_entry(raw))
-
-    @classmethod
-    def history(cls, raws, attempt: int | None = None, worker: str = "") -> list[Event]:
-        """A task's stored history entries, oldest first (``history_entries``)."""
-        return [cls.from_entry(d) for d in history_entries(raws, attempt, worker)]
-
-    def lacks_its_worker(self) -> bool:
-        """An OF_CLAIM entry whose worker its history could not name (its claim entry trimmed off)."""
-        return not self.worker and (self.verb if self.kind == "transition" else self.kind) in OF_CLAIM
-
-    @classmethod
     def from_entry(cls, d: dict) -> Event:
+        """The event of an entry of ``history_entries``."""
         known = {"kind", "at", "from", "to", "stage", "attempt", "worker", "reason", "by", "verb"}
         return cls(
             kind=d.get("kind", ""),

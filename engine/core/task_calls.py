@@ -13,7 +13,7 @@ from ghostless.core import dependencies as deps
 from . import plans
 from .errors import Code, TaskNotFound
 from .keys import BODY_HISTORY, new_task_id, parse_task_id
-from .models import Event, Task
+from .models import Event, Task, history_entries, resolved
 from .quota import Quota
 from .steps import Blocking, Call, Command, ReadTasks
 from .text import text, text_or_none
@@ -51,11 +51,11 @@ def history(engine, task_id: str) -> Call[list[Event]]:
     rows = yield Command("lrange", (keys.body, BODY_HISTORY, -1))
     if not rows:  # a task from before the body (keys.py TaskKeys), or none
         rows = yield Command("lrange", (keys.history, 0, -1))
-    events = Event.history(rows)
-    if any(e.lacks_its_worker() for e in events):  # its attempt's claim entry was trimmed off the front
-        attempt, worker = yield Command("hmget", (keys.task, "attempt", "worker"))
-        events = Event.history(rows, int(attempt or 0), text(worker or ""))
-    return events
+    entries = history_entries(rows)
+    if not resolved(entries):  # a long history, trimmed past its submit or claim entry
+        attempt, worker, created = yield Command("hmget", (keys.task, "attempt", "worker", "created_at"))
+        entries = history_entries(rows, int(attempt or 0), text(worker or ""), int(created or 0) or None)
+    return [Event.from_entry(d) for d in entries]
 
 
 def checkpoints(engine, task_id: str) -> Call[dict[str, Any]]:

@@ -57,23 +57,24 @@ local function history_line(parts, n)
 end
 
 -- Appends an event to the queue stream (always) and to the task history (when `hist`): the same
--- line in both, except that the history leaves out the worker of an entry its attempt's claim entry
--- names already (models.py OF_CLAIM: a stage, complete, fail, release or expire by the task's
--- worker; history_entries reads it back from the claim's). A stream entry stands alone: it keeps it.
--- `ev` holds the event's own fields. A stream entry has five fields, the
--- same five for every event (engine/core/streams.py stream_event): Redis then stores an entry as its
--- values alone, and the readers' filters (task, owner) need no parsing.
+-- line in both, except that the history leaves to its other entries what they say already
+-- (engine/core/models.py history_entries reads it back): an entry's time is '+<ms since the task's
+-- creation>' (its submit entry's time), and an entry by the worker its attempt's claim entry names
+-- leaves that worker out (models.py OF_CLAIM: a stage, complete, fail, release or expire). A stream
+-- entry stands alone: it keeps both. `ev` holds the event's own fields. A stream entry has five
+-- fields, the same five for every event (engine/core/streams.py stream_event): Redis then stores an
+-- entry as its values alone, and the readers' filters (task, owner) need no parsing.
 local function emit(K, t, kind, now, ev, hist)
   local parts, n = history_parts(kind, now, ev)
   local line = history_line(parts, n)
   redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', 'id', t.id, 'owner', t.owner, 'type', t.type,
     'version', t.version, 'e', line)
   if hist then
-    if OF_CLAIM[kind == 'transition' and ev.verb or kind] and parts[HL_WORKER] ~= '' and ev.worker == t.worker then
-      parts[HL_WORKER] = ''
-      line = history_line(parts, n)
-    end
-    body_record(K, line, CFG.history_max)
+    local what = kind == 'transition' and ev.verb or kind
+    local created = tonumber(t.created_at)
+    if created and what ~= 'submit' then parts[1] = '+' .. numtext(now - created) end
+    if OF_CLAIM[what] and parts[HL_WORKER] ~= '' and ev.worker == t.worker then parts[HL_WORKER] = '' end
+    body_record(K, history_line(parts, n), CFG.history_max)
   end
 end
 

@@ -51,7 +51,8 @@ def test_entries_are_stored_by_position_with_the_other_fields_named(engine):
     # a verb's one source or target state is implied: submit -> PENDING, claim -> PROCESSING
     assert submit[1:5] == ["", "submit", "", ""] and submit[-1] == "b=alice"  # by: no position
     assert claim[1:8] == ["", "claim", "PENDING", "", "1", "w1", ""] and claim[8:] == ["n=1"]
-    assert claim[0].isdigit() and int(claim[0]) >= int(submit[0])  # server ms
+    assert submit[0].isdigit() and submit[0] == engine.redis.hget(engine.keys.task(task.id).task, "created_at").decode()
+    assert all(e.startswith("+") for e in entries[1:]) and int(claim[0][1:]) >= 0  # server ms since then
     kinds = [e.split("|")[1] for e in entries]
     assert kinds.count("stage") == 2 and kinds.count("stale") == 1 and "progress" not in kinds
     assert not any(e.startswith("{") for e in entries)

@@ -76,7 +76,7 @@ from ghostless import (
 )
 from ghostless.core.errors import AttemptEnded
 from ghostless.core.keys import BODY_HISTORY, new_task_id
-from ghostless.core.models import history_entry
+from ghostless.core.models import history_entries
 from ghostless.core.priority import SPAN
 from ghostless.core.text import text
 from tests.support.fakes import FakeDispatcher
@@ -260,7 +260,11 @@ class TaskMachine(RuleBasedStateMachine):
         return int(self.redis.hget(self.engine.keys.queue_key(queue, "stats"), "stale_rejections") or 0)
 
     def _history(self, task_id: str) -> list[dict]:
-        return [history_entry(e) for e in self.redis.lrange(self.engine.keys.task(task_id).body, BODY_HISTORY, -1)]
+        k = self.engine.keys.task(task_id)
+        return history_entries(self.redis.lrange(k.body, BODY_HISTORY, -1), created_ms=self._created(k))
+
+    def _created(self, k) -> int:
+        return int(self.redis.hget(k.task, "created_at"))
 
     def _unchanged(self, task_id: str, call):
         """Run ``call``, which must change nothing about the task; return what it returned."""
@@ -1040,13 +1044,13 @@ class TaskMachine(RuleBasedStateMachine):
         pipe = self.redis.pipeline(transaction=False)
         for m in models:
             k = self.engine.keys.task(m.id)
-            pipe.lrange(k.body, BODY_HISTORY + m.seen, -1).hget(k.task, "dispatch_id")
+            pipe.lrange(k.body, BODY_HISTORY + m.seen, -1).hget(k.task, "dispatch_id").hget(k.task, "created_at")
         replies = pipe.execute()
-        for m, entries, dispatch_id in zip(models, replies[::2], replies[1::2]):
+        for m, entries, dispatch_id, created in zip(models, replies[::3], replies[1::3], replies[2::3]):
             assert (dispatch_id or b"").decode() == m.dispatch_id, f"{m.id}: dispatch {dispatch_id}"
             assert len(self.dispatcher.dispatches(m.id) if self.dispatcher else []) == m.jobs, m.id
             m.seen += len(entries)
-            for e in map(history_entry, entries):
+            for e in history_entries(entries, created_ms=int(created)):
                 to, verb, at = m.last
                 assert int(e["at"]) >= at, f"{m.id}: history goes back in time: {e}"
                 if e["kind"] == "stale":

@@ -1,8 +1,9 @@
-"""A task's history names each attempt's worker once, in its claim entry (lua/lib/record.lua ``emit``):
-the stage, complete, fail, release and expire entries by that worker leave it out, and every reader
-(Engine.history, the task page's snapshot) reads it back from there. A worker's default name is
-RQ's ``uuid4().hex``, 32 characters, so a realistic history is about 100 B smaller. The queue's
-stream keeps the worker in every event: a watcher reads one event alone."""
+"""What a task's history leaves to its other entries (lua/lib/record.lua ``emit``), and every reader
+(Engine.history, the task page's snapshot) reads back: an attempt's worker is named once, in its
+claim entry (stage, complete, fail, release and expire entries by that worker leave it out; a
+worker's default name is RQ's ``uuid4().hex``, 32 characters), and an entry's time counts from the
+task's creation, its submit entry's time (``+<ms>``, 13 digits fewer). The queue's stream keeps both
+in every event: a watcher reads one event alone."""
 
 import dataclasses
 
@@ -88,3 +89,31 @@ def test_a_history_trimmed_past_its_claim_entry_still_names_its_worker(engine):
     assert len(raw) == 3 and not any(WORKER in e for e in raw)  # the claim entry is gone
     assert [e.worker for e in capped.history(task.id)] == [WORKER] * 3
     assert [e.worker for e in snapshot(capped, task.id)[1]] == [WORKER] * 3
+
+
+def stream_times(engine, task_id) -> list[int]:
+    return [int(line.split("|")[0]) for line in streamed(engine, task_id)]
+
+
+def test_entry_times_count_from_the_tasks_creation_and_read_back_as_server_times(engine):
+    task = engine.submit("render", {"prompt": "p"}, owner="alice")
+    lease = engine.claim(task.id, "w1")
+    engine.stage(lease, "generating")
+    engine.complete(lease, {"url": "s3://cat"})
+    raw = stored(engine, task.id)
+    created = int(engine.redis.hget(engine.keys.task(task.id).task, "created_at"))
+    assert int(raw[0].split("|")[0]) == created and all(e.startswith("+") for e in raw[1:])
+    assert [round(e.at * 1000) for e in engine.history(task.id)] == stream_times(engine, task.id)
+    assert [round(e.at * 1000) for e in snapshot(engine, task.id)[1]] == stream_times(engine, task.id)
+
+
+def test_a_history_trimmed_past_its_submit_entry_still_reads_server_times(engine):
+    capped = sibling(engine, Config(history_maxlen=3))
+    task = capped.submit("render", {"prompt": "p"}, owner="alice")
+    lease = capped.claim(task.id, "w1")
+    for stage in ("generating", "uploading", "generating"):
+        capped.stage(lease, stage)
+    raw = stored(capped, task.id)
+    assert len(raw) == 3 and all(e.startswith("+") for e in raw)  # submit and claim entries gone
+    assert [round(e.at * 1000) for e in capped.history(task.id)] == stream_times(capped, task.id)[-3:]
+    assert [round(e.at * 1000) for e in snapshot(capped, task.id)[1]] == stream_times(capped, task.id)[-3:]
