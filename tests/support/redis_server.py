@@ -5,6 +5,7 @@ Never touches the machine's shared Redis on 6379.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -38,11 +39,17 @@ def bindable(port: int) -> bool:
     return True
 
 
+#: Where free_port looks next: it goes round its range from a random place, so a port it gave is
+#: not given again before every other one was, however soon. (A random pick could give a port twice
+#: before its first server had bound it: three sentinels started one after another.)
+_next_port = itertools.count(random.randrange(PORTS_PER_WORKER))
+
+
 def free_port() -> int:
     """A free loopback port of this process's range whose port + 10000 is free too (a cluster node's bus)."""
     ports = worker_ports()
-    for _ in range(500):
-        port = random.choice(ports)
+    for _ in range(len(ports)):
+        port = ports[next(_next_port) % len(ports)]
         if bindable(port) and bindable(port + 10000):
             return port
     raise RuntimeError(f"no free port in {ports} (with its port + 10000)")
