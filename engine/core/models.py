@@ -234,7 +234,7 @@ def history_entries(raws, attempt: int | None = None, worker: str = "", created_
     out = []
     for raw in raws:
         d = history_entry(raw)
-        what = d.get("verb") if d["kind"] == "transition" else d["kind"]
+        what = _what(d)
         at = d.get("at")
         if isinstance(at, str) and at.startswith("+"):
             if created is not None:
@@ -251,11 +251,12 @@ def history_entries(raws, attempt: int | None = None, worker: str = "", created_
 
 def resolved(entries: list[dict]) -> bool:
     """Whether ``history_entries`` filled in every field its entries left to others."""
-    for d in entries:
-        what = d.get("verb") if d["kind"] == "transition" else d["kind"]
-        if isinstance(d.get("at"), str) or (what in OF_CLAIM and "worker" not in d):
-            return False
-    return True
+    return not any(isinstance(d.get("at"), str) or (_what(d) in OF_CLAIM and "worker" not in d) for d in entries)
+
+
+def _what(d: dict) -> str | None:
+    """A transition's verb, or another entry's kind (as OF_CLAIM names them)."""
+    return d.get("verb") if d["kind"] == "transition" else d["kind"]
 
 
 @dataclass
