@@ -14,8 +14,9 @@
     until the leases set is empty. Side variants (smaller): max_attempts=1 (expire to TIMEOUT only)
     and the RQ executor (expire, promote, re-dispatch).
 (c) memory of one SUCCESS task with its history after a realistic lifecycle (two stages, one
-    progress report), from MEMORY USAGE, beside an RQ job run to FINISHED by rq's SimpleWorker with
-    the JSON serializer. The queue stream is capped, so its share is its size over the tasks it
+    progress report), run as a user's task is: submitted, dispatched to RQ, run by a ghostless
+    SimpleWorker named by default; from MEMORY USAGE, beside an RQ job run to FINISHED by rq's
+    SimpleWorker with the JSON serializer. The queue stream is capped, so its share is its size over the tasks it
     served; the line also gives the figure as if every event were kept, and without the stream.
 
 Run: .venv/bin/python bench/sweep.py  (about 100 s on an idle 2-core machine; 2.5 min under load)
@@ -67,6 +68,7 @@ RECLAIM_VARIANT = 5_000
 RECLAIM_RQ = 2_000
 MEM_OWNERS = 100  # the owner index again with the tasks spread over this many owners (50 each)
 MEM_TASKS = 5_000  # issue 15 measured at 5,000: the stream (capped at 10,000 entries) is full
+MEM_BATCH = 10  # tasks submitted, then run by a worker, at a time
 TICK_TARGET_MS, RECLAIM_TARGET, MEM_TARGET = 2.0, 5000.0, 1024  # memory: issue 15
 
 
@@ -316,18 +318,40 @@ def usage(r, key) -> int:
     return r.memory_usage(key, samples=0) or 0
 
 
-def bench_memory(r) -> dict:
-    r.flushall()
-    engine = Engine(r, dispatcher=None)  # default namespace 'gl', queue 'default': realistic key names
+def realistic_engine(r, dispatcher="rq") -> Engine:
+    """The engine of the memory figure: default namespace 'gl' and queue 'default' (realistic key
+    names), RQ as the executor (what `ghostless worker` runs), and the realistic task type: two
+    stages and one progress report (REALISTIC_STEPS), its result the size of RESULT."""
+    engine = Engine(r, dispatcher=dispatcher)
 
     @engine.task(name="job", lease=60, timeout=600, stages={"render": 300, "upload": 300})
-    def job(ctx, prompt):  # pragma: no cover - never run
-        return None
+    def job(ctx, prompt):
+        for verb, *step in REALISTIC_STEPS:
+            getattr(ctx, verb)(*step)
+        return dict(RESULT)
 
-    verify_shim(engine, "job", ARGS, RESULT)
-    # One lifecycle at a time, so the stream holds every kind of event interleaved, as a service's
-    # does (pipelined batches would leave runs of one kind, which Redis stores more compactly).
-    ids = pipelined_lifecycles(engine, "job", ARGS, RESULT, MEM_TASKS, 1, worker=RQ_WORKER_NAME, steps=REALISTIC_STEPS)
+    return engine
+
+
+def run_as_a_user_does(engine, n: int) -> list[str]:
+    """``n`` tasks submitted as a user's are (each dispatched to RQ) and run by a ghostless
+    SimpleWorker named by default (engine/core/ids.py), MEM_BATCH at a time: submits and runs then
+    interleave in the queue's stream as a service's do (all submits first would leave a run of
+    one kind of event, which Redis stores more compactly)."""
+    from ghostless.execution.worker import build_worker
+
+    ids = []
+    for start in range(0, n, MEM_BATCH):
+        batch = [engine.submit("job", ARGS, owner="bench").id for _ in range(min(MEM_BATCH, n - start))]
+        build_worker(engine, worker_class="simple").work(burst=True, logging_level="WARNING")
+        ids += batch
+    return ids
+
+
+def bench_memory(r) -> dict:
+    r.flushall()
+    engine = realistic_engine(r)
+    ids = run_as_a_user_does(engine, MEM_TASKS)
     sample = ids[-200:]
     per_key = {"task hash": [], "body (args, result, history)": []}
     args_len, result_len = [], []
@@ -347,8 +371,9 @@ def bench_memory(r) -> dict:
     owner_share = usage(r, owner_key) / r.zcard(owner_key)
     stream_bytes, stream_entries = usage(r, k.events), r.xlen(k.events)
     stream_entry = stream_bytes / stream_entries
-    last = r.xrevrange(k.events, count=3 + len(REALISTIC_STEPS))  # the last lifecycle's events
+    last = r.xrevrange(k.events, count=10 * (4 + len(REALISTIC_STEPS)))  # the last batch's events
     events_per_task = sum(f[b"id"] == ids[-1].encode() for _, f in last)
+    worker_name = r.hget(engine.keys.task(ids[-1]).task, "worker").decode()
     owned = {name: median(v) for name, v in per_key.items()}
     a_len, r_len = median(args_len), median(result_len)
     stream_full = stream_entry * events_per_task  # as if every task's events were kept
@@ -356,9 +381,10 @@ def bench_memory(r) -> dict:
     total = sum(owned.values()) + index_share + line_share + owner_share + stream_share
     overhead = total - a_len - r_len
     print(
-        f"(c) ghostless SUCCESS task, realistic lifecycle (submit, claim, {len(REALISTIC_STEPS)} steps: "
-        f"{', '.join(step[0] for step in REALISTIC_STEPS)}, complete, by a worker named like RQ's default "
-        f"(uuid4().hex, {len(RQ_WORKER_NAME)} characters); {MEM_TASKS:,} lifecycles, median of the last 200): "
+        f"(c) ghostless SUCCESS task, realistic lifecycle as a user's goes (submit, dispatch to RQ, claim by "
+        f"a SimpleWorker named by default ({len(worker_name)} characters), {len(REALISTIC_STEPS)} steps: "
+        f"{', '.join(step[0] for step in REALISTIC_STEPS)}, complete); {MEM_TASKS:,} tasks submitted and run "
+        f"{MEM_BATCH} at a time, median of the last 200): "
         + ", ".join(f"{n} {v:.0f} B" for n, v in owned.items())
         + f", index zset share {index_share:.0f} B, owner index share {owner_share:.0f} B (zset MEMORY USAGE / "
         f"members; {n_tasks:,} members, one owner), ended line share {line_share:.0f} B (MEMORY USAGE / LLEN), "
@@ -369,7 +395,7 @@ def bench_memory(r) -> dict:
         "fixed-size per queue and not counted"
     )
     ghost = {"total": total, "overhead": overhead, "args": a_len, "result": r_len}
-    spread = spread_owner_share(r, engine, MEM_OWNERS) - owner_share  # what many owners change
+    spread = spread_owner_share(r, MEM_OWNERS) - owner_share  # what many owners change
     print(
         f"(c) the same {MEM_TASKS:,} lifecycles spread over {MEM_OWNERS} owners ({MEM_TASKS // MEM_OWNERS} tasks "
         f"each; a zset of at most 128 members is a listpack): owner index share {owner_share + spread:.0f} B, so "
@@ -390,9 +416,12 @@ def bench_memory(r) -> dict:
     return ghost
 
 
-def spread_owner_share(r, engine, owners: int) -> float:
-    """Bytes per task of the owner indexes when MEM_TASKS realistic lifecycles belong to ``owners`` owners."""
+def spread_owner_share(r, owners: int) -> float:
+    """Bytes per task of the owner indexes when MEM_TASKS realistic lifecycles belong to ``owners`` owners
+    (sent pipelined by the bench's shim: only the indexes are measured)."""
     r.flushall()
+    engine = realistic_engine(r, dispatcher=None)
+    verify_shim(engine, "job", ARGS, RESULT)
     ids = pipelined_lifecycles(
         engine, "job", ARGS, RESULT, MEM_TASKS, 100, worker=RQ_WORKER_NAME, steps=REALISTIC_STEPS, owners=owners
     )
