@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ghostless import Engine  # noqa: E402
+from ghostless.core.ids import new_worker_name  # noqa: E402
 from ghostless.core.lua_source import call_keys  # noqa: E402
 from ghostless.core.models import Lease  # noqa: E402
 from ghostless.core.replies import parse  # noqa: E402
@@ -291,10 +292,10 @@ def pipelined_claims(engine: Engine, type_name: str, args: dict, owners: list[st
     return [lease_of(tid, worker, r, c[2][1]) for tid, r, c in zip(ids, replies, claims)]
 
 
-#: A worker name as long as the ones ghostless workers get by default: RQ names a worker
-#: ``uuid4().hex`` (32 characters), and a task stores its worker's name in its hash and in the
-#: history entries of its attempt. The memory figure uses it; the time benches keep "w1".
-RQ_WORKER_NAME = "3f9c2a7be61d4c08a5e4b1d27c90f6e3"
+#: A worker name as ghostless workers get by default (engine/core/ids.py: 16 hex digits; RQ's own
+#: default, ``uuid4().hex``, has 32): a task stores its worker's name in its hash, in its attempt's
+#: claim entry and in the stream entries of its attempt. The memory figure uses it; the time benches keep "w1".
+DEFAULT_WORKER_NAME = new_worker_name()
 
 #: The working part of the realistic lifecycle (issue 15's memory figure): two stages, one progress
 #: report; the task type must declare both stages.
@@ -348,10 +349,10 @@ def _expect_ok(replies, what: str) -> list:
 __all__ = [
     "AOF_EVERYSEC",
     "ARGS",
+    "DEFAULT_WORKER_NAME",
     "REALISTIC_STEPS",
     "RESULT",
     "ROOT",
-    "RQ_WORKER_NAME",
     "Engine",
     "Lease",
     "RoundTrips",

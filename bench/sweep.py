@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (
     AOF_EVERYSEC,
     ARGS,
+    DEFAULT_WORKER_NAME,
     REALISTIC_STEPS,
     RESULT,
-    RQ_WORKER_NAME,
     Engine,
     RoundTrips,
     Timer,
@@ -423,7 +423,7 @@ def spread_owner_share(r, owners: int) -> float:
     engine = realistic_engine(r, dispatcher=None)
     verify_shim(engine, "job", ARGS, RESULT)
     ids = pipelined_lifecycles(
-        engine, "job", ARGS, RESULT, MEM_TASKS, 100, worker=RQ_WORKER_NAME, steps=REALISTIC_STEPS, owners=owners
+        engine, "job", ARGS, RESULT, MEM_TASKS, 100, worker=DEFAULT_WORKER_NAME, steps=REALISTIC_STEPS, owners=owners
     )
     return sum(usage(r, engine.keys.owner_index("default", f"user{i}")) for i in range(owners)) / len(ids)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from typing import TYPE_CHECKING
 
 import redis
@@ -14,6 +13,7 @@ import redis
 from .config import ms
 from .engine_parts import EngineParts
 from .errors import BreakerOpen, Code, GhostlessError, RateLimited, RedisFull, TaskNotFound, WrongDispatch
+from .ids import new_claim_id
 from .keys import TASK_OWN_KEYS, parse_task_id
 from .models import Lease
 from .states import State
@@ -71,7 +71,7 @@ class ClaimCalls(EngineParts):
         worker = _text("worker", worker)
         types, free = self._claim_types()
         keys = self._keys(task_id)  # TaskNotFound for an id of no queue
-        claim_id = claim_id or uuid.uuid4().hex
+        claim_id = claim_id or new_claim_id()
         type_name: str | None = None
         if free != types:  # some type has a breaker or a rate limit: the task's settings are needed
             found = self.redis.hget(keys.task, "type")

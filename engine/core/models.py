@@ -52,7 +52,7 @@ class Task:
     idempotency_key: str = ""
     token: int = 0
     lease_deadline: float | None = None
-    queued_at: float | None = None  # when it last entered QUEUED from PENDING
+    queued_at: float | None = None  # while QUEUED: when it last entered QUEUED from PENDING
     due_at: float | None = None  # by when it should have ended (submit's due_in)
     escalate_at: float | None = None
     overdue_at: float | None = None  # when the sweeper recorded it overdue (once)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import uuid
 from datetime import timedelta
 
 import redis
@@ -29,6 +28,7 @@ from rq.utils import now
 from ghostless.core import tracing
 from ghostless.core.clients import client_like, no_resends
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
+from ghostless.core.ids import new_claim_id, new_worker_name
 from ghostless.core.keys import rq_dispatch_id, rq_queue_prefix, rq_wake_channel
 from ghostless.core.logs import for_task
 from ghostless.core.text import text_or_none
@@ -65,7 +65,7 @@ class _EngineHooks(ClusterConnection, RidesOutRedis, LeanHeartbeat):
             self.claim_id = self._task_id = None
             return super().execute_job(job, queue)
         # Made before the fork, so the parent knows which claim its horse made.
-        self.claim_id = uuid.uuid4().hex
+        self.claim_id = new_claim_id()
         self._task_id = job.args[0] if job.args else None
         self._dispatch_id = rq_dispatch_id(job.id)
         runtime.new_job()
@@ -280,7 +280,7 @@ def build_worker(
     worker = cls(
         lists,
         connection=rq_connection(engine.redis, engine.keys.ns),
-        name=name,
+        name=name or new_worker_name(),
         serializer=JSONSerializer,
         job_monitoring_interval=2,
         **kwargs,

@@ -7,6 +7,9 @@ local RESOLVE_DUE = false
 local RECHECK_MS = 60000  -- a waiting task looks at its parents at least this often (safety net)
 -- Fields of a PROCESSING task's attempt only: a task that leaves PROCESSING keeps none of them.
 local ATTEMPT_FIELDS = {'lease_until', 'attempt_deadline', 'stage_deadline', 'stage_since'}
+-- Fields of a QUEUED task only (lua/dispatch.lua): a task that leaves QUEUED keeps none of them (its
+-- history's dispatch entry keeps when it was dispatched).
+local QUEUED_FIELDS = {'dispatch_id', 'dispatched_at', 'queued_at'}
 -- The settings only a later attempt reads (claim, fail, expire, edit): a task that ends where no
 -- attempt can follow (SUCCESS, CANCELLED; retry reopens FAILED and TIMEOUT only) keeps none of them.
 local ATTEMPT_SETTINGS = {'lease_ms', 'timeout_ms', 'backoff'}
@@ -225,6 +228,7 @@ local function change(K, t, verb, to, now, score, fields, ev, passing)
     end
   end
   if from == 'PROCESSING' and to ~= 'PROCESSING' then drop(ATTEMPT_FIELDS) end  -- the attempt's deadlines end with it
+  if from == 'QUEUED' and to ~= 'QUEUED' then drop(QUEUED_FIELDS) end  -- and a dispatch's with its job's claim
   if FINAL[to] then drop(ATTEMPT_SETTINGS) end
   -- Passed over by a claim (lua/claim.lua): so until it leaves QUEUED or is dispatched again.
   if from == 'QUEUED' and t.passed and fields.passed == nil then fields.passed = '' end

@@ -1,5 +1,7 @@
 """claim.lua: a worker takes a task's lease for a new attempt. One test per return code, then the rest."""
 
+import re
+
 import pytest
 
 from ghostless import Code, IllegalTransition, State, TaskNotFound, UnknownTaskType, WrongDispatch
@@ -28,6 +30,8 @@ def test_claim_of_a_pending_task_starts_attempt_one_under_token_one(engine):
     assert int(h["attempt_deadline"]) - int(h["started_at"]) == 600_000
     k = engine.keys.task(task.id)
     assert engine.redis.zscore(k.leases, task.id) == int(h["lease_until"]) == got.lease_deadline * 1000
+    # a claim id made for the call: 16 hex digits (engine/core/ids.py), stored for the lease's checks
+    assert h["claim_id"] == lease.claim_id and re.fullmatch(r"[0-9a-f]{16}", lease.claim_id)
     assert engine.redis.zscore(k.dispatch, task.id) is None
     event = engine.history(task.id)[-1]
     assert (event.verb, event.from_, event.to, event.worker, event.attempt) == (

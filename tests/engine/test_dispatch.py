@@ -72,3 +72,21 @@ def test_dispatch_of_a_task_not_pending_or_queued_is_an_illegal_transition(dispa
         )
     assert (err.value.state, err.value.verb) == (state, "dispatch")
     assert snapshot(dispatching, task.id) == before
+
+
+DISPATCH_FIELDS = {"dispatch_id", "dispatched_at", "queued_at"}
+
+
+def test_a_task_that_leaves_queued_keeps_none_of_its_dispatchs_fields(dispatching, executor):
+    """A finished task is retained for days: what only a QUEUED task needs goes with its claim (or
+    its cancel); the history's dispatch entry keeps when it was dispatched."""
+    claimed, cancelled = (dispatching.submit("render", {"prompt": p}, owner="alice") for p in ("a", "b"))
+    assert set(raw_task(dispatching, claimed.id)) >= DISPATCH_FIELDS and dispatching.get(claimed.id).queued_at
+    lease = dispatching.claim(claimed.id, "w1", dispatch_id=executor.dispatches(claimed.id)[0])
+    dispatching.complete(lease, {"url": "s3://a"})
+    dispatching.cancel(cancelled.id, by="alice")
+    for task in (claimed, cancelled):
+        assert not DISPATCH_FIELDS & set(raw_task(dispatching, task.id))
+        assert dispatching.get(task.id).queued_at is None
+    assert [e.verb for e in dispatching.history(claimed.id)][:2] == ["submit", "dispatch"]
+    assert dispatching.check() == []

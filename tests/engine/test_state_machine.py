@@ -183,7 +183,7 @@ class Model:
     supersedes: str = ""
     superseded_by: str = ""
     jobs: int = 0  # executor jobs made for it
-    dispatch_id: str = ""  # the dispatch a delivery must carry to claim it ("" once claimed)
+    dispatch_id: str = ""  # the dispatch a delivery must carry to claim it ("" once it left QUEUED)
     frozen: tuple | None = None  # snapshot of a terminal task: must not change (until a manual retry)
     stale_calls: int = 0  # refused calls with a stale lease: each leaves a "stale" history entry
     seen: int = 0  # history entries checked so far
@@ -353,6 +353,8 @@ class TaskMachine(RuleBasedStateMachine):
 
     @staticmethod
     def _move(m: Model, status: State) -> None:
+        if m.status == Q and status != Q:  # its dispatch goes with it (lua/lib/record.lua QUEUED_FIELDS)
+            m.dispatch_id = ""
         m.status, m.due = status, False
 
     # -- client calls -----------------------------------------------------------------------------
