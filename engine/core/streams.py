@@ -66,9 +66,10 @@ def follow_streams(client, streams: dict[str, str], count: int, block_ms: int) -
 
 #: The fields of a stream entry (lua/lib/record.lua ``emit``): the task's id, owner, type and version,
 #: then the event itself as one line in the form of a history entry (engine/core/models.py
-#: ``history_entry`` reads both). The same five for every event: Redis keeps an entry that has its
-#: node's first entry's fields as its values alone. An entry written before these lines has the
-#: event's fields as fields of its own (``kind``, ``at``, ``verb``, ...); it reads the same.
+#: ``history_entry`` reads both), its time left out where the entry's id gives it. The same five
+#: for every event: Redis keeps an entry that has its node's first entry's fields as its values
+#: alone. An entry written before these lines has the event's fields as fields of its own (``kind``,
+#: ``at``, ``verb``, ...); it reads the same.
 STREAM_FIELDS = ("id", "owner", "type", "version", "e")
 
 
@@ -78,7 +79,8 @@ def stream_event(queue: str, stream_id, fields: dict) -> dict:
     f = {text(k): text(v) for k, v in fields.items() if v not in (b"", "")}
     if "e" in f:
         line = history_entry(f.pop("e"))
-        line["at"] = str(line.get("at", "0"))
+        # A line without a time has its entry id's (lua/lib/record.lua emit: XADD '<now>-*').
+        line["at"] = str(line.get("at", text(stream_id).partition("-")[0]))
         f.update({k: str(v) for k, v in line.items()})
     ev = {
         "stream_id": text(stream_id),

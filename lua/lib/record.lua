@@ -64,14 +64,25 @@ end
 -- (engine/core/models.py history_entries reads it back): an entry's time is '+<ms since the task's
 -- creation>' (its submit entry's time), and an entry by the worker its attempt's claim entry names
 -- leaves that worker out (models.py OF_CLAIM: a stage, complete, fail, release or expire). A stream
--- entry stands alone: it keeps both. `ev` holds the event's own fields. A stream entry has five
--- fields, the same five for every event (engine/core/streams.py stream_event): Redis then stores an
--- entry as its values alone, and the readers' filters (task, owner) need no parsing.
+-- entry stands alone: it keeps the worker, and its time is its id's. `ev` holds the event's own
+-- fields. A stream entry has five fields, the same five for every event (engine/core/streams.py
+-- stream_event): Redis then stores an entry as its values alone, and the readers' filters (task,
+-- owner) need no parsing.
 local function emit(K, t, kind, now, ev, hist)
   local parts, n = history_parts(kind, now, ev)
-  local line = history_line(parts, n)
-  redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', 'id', t.id, 'owner', t.owner, 'type', t.type,
-    'version', t.version, 'e', line)
+  local at = parts[1]
+  -- The stream entry's id is '<now>-<seq>' (XADD's '<ms>-*'), so its line leaves the time out
+  -- (engine/core/streams.py stream_event reads it off the id). Where the stream's last id is later
+  -- than now (a clock that went back after a failover) or the server takes no '<ms>-*' (Redis 6.2),
+  -- Redis picks the id and the line keeps the time.
+  parts[1] = ''
+  local stamped = redis.pcall('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, at .. '-*', 'id', t.id,
+    'owner', t.owner, 'type', t.type, 'version', t.version, 'e', history_line(parts, n))
+  parts[1] = at
+  if type(stamped) == 'table' then
+    redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', 'id', t.id, 'owner', t.owner, 'type', t.type,
+      'version', t.version, 'e', history_line(parts, n))
+  end
   if hist then
     local what = kind == 'transition' and ev.verb or kind
     local created = tonumber(t.created_at)

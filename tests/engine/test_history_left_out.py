@@ -1,9 +1,10 @@
 """What a task's history leaves to its other entries (lua/lib/record.lua ``emit``), and every reader
 (Engine.history, the task page's snapshot) reads back: an attempt's worker is named once, in its
 claim entry (stage, complete, fail, release and expire entries by that worker leave it out; a
-worker's default name is RQ's ``uuid4().hex``, 32 characters), and an entry's time counts from the
-task's creation, its submit entry's time (``+<ms>``, 13 digits fewer). The queue's stream keeps both
-in every event: a watcher reads one event alone."""
+worker's default name has 16 characters, RQ's own ``uuid4().hex`` 32), and an entry's time counts from
+the task's creation, its submit entry's time (``+<ms>``, 13 digits fewer). The queue's stream keeps the
+worker in every event (a watcher reads one event alone) and its time is its entry id's
+(tests/engine/test_streams.py)."""
 
 import dataclasses
 
@@ -11,6 +12,7 @@ import pytest
 
 from ghostless import Config, LeaseLost
 from ghostless.core.keys import BODY_HISTORY
+from ghostless.core.streams import read_stream
 from ghostless.web.queries import snapshot
 from tests.support.snapshots import reclaimed, sibling
 
@@ -92,7 +94,8 @@ def test_a_history_trimmed_past_its_claim_entry_still_names_its_worker(engine):
 
 
 def stream_times(engine, task_id) -> list[int]:
-    return [int(line.split("|")[0]) for line in streamed(engine, task_id)]
+    queue = engine.get(task_id).queue
+    return [round(ev["at"] * 1000) for ev in read_stream(engine, queue, "-") if ev["task_id"] == task_id]
 
 
 def test_entry_times_count_from_the_tasks_creation_and_read_back_as_server_times(engine):

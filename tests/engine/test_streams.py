@@ -147,6 +147,41 @@ def test_events_of_every_kind_share_one_field_layout_and_read_without_the_empty_
     assert (submit["from"], submit["to"], submit["version"], submit["owner"]) == ("", "PENDING", 1, task.owner)
 
 
+def task_rows(engine, task) -> list[tuple]:
+    key = engine.keys.queue_key(task.queue, "events")
+    return [(text(sid), f) for sid, f in engine.redis.xrange(key) if f[b"id"] == task.id.encode()]
+
+
+def test_an_event_line_leaves_its_time_to_its_entry_id(engine):
+    """A stream entry's id is '<server ms>-<seq>' of the event (XADD '<ms>-*'), so its line has no
+    time of its own: 13 B less in every entry of the stream."""
+    task, lease = claimed(engine)
+    engine.stage(lease, "generating")
+    engine.complete(lease, {"url": "s3://cat"})
+    rows = task_rows(engine, task)
+    assert len(rows) == 4 and all(f[b"e"].startswith(b"|") for _, f in rows), rows
+    times = [round(e.at * 1000) for e in engine.history(task.id)]
+    assert [int(sid.split("-")[0]) for sid, _ in rows] == times
+    assert [round(stream_event(task.queue, sid, f)["at"] * 1000) for sid, f in rows] == times
+
+
+def test_an_event_after_a_later_stream_id_keeps_its_own_time(engine):
+    """The stream's last id is later than the server's clock (a clock that went back, e.g. after a
+    failover): Redis picks the entries' ids, and their lines keep the events' times."""
+    task = engine.submit("render", {"prompt": "p"}, owner="alice")
+    key = engine.keys.queue_key(task.queue, "events")
+    later = int(engine.redis.hget(engine.keys.task(task.id).task, "created_at")) + 3_600_000
+    engine.redis.xadd(key, dict.fromkeys(STREAM_FIELDS, "x"), id=f"{later}-0")
+    lease = engine.claim(task.id, "w1")
+    engine.complete(lease, {"url": "s3://cat"})
+    rows = task_rows(engine, task)[1:]  # claim, complete: after the later id
+    assert [sid.split("-")[0] for sid, _ in rows] == [str(later)] * 2
+    times = [round(e.at * 1000) for e in engine.history(task.id)][1:]
+    assert all(f[b"e"].startswith(str(t).encode() + b"|") for (_, f), t in zip(rows, times)), rows
+    assert [round(stream_event(task.queue, sid, f)["at"] * 1000) for sid, f in rows] == times
+    assert times[0] < later
+
+
 #: One event of each kind as an earlier release wrote it (every field of its layout, '' where empty).
 _OLD_LAYOUT = ("verb", "from", "to", "attempt", "stage", "worker", "reason", "by", "token", "from_stage", "progress",
                "message", "error_kind")  # fmt: skip
