@@ -62,7 +62,10 @@ def command(name: str, **kw):
     help="fork: each attempt in a work-horse process (isolation); simple: in the worker itself.",
 )
 @click.option("--burst", is_flag=True, help="Stop when the queues are empty.")
-@click.option("--name", help="Worker name (default: RQ's unique name; with --concurrency: NAME-1, NAME-2, ...).")
+@click.option(
+    "--name",
+    help="Worker name (default: 16 random hex digits, one per worker; with --concurrency: NAME-1, NAME-2, ...).",
+)
 @click.option(
     "--concurrency",
     "-c",
