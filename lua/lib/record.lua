@@ -59,6 +59,12 @@ local function history_line(parts, n)
   return table.concat(parts, '|', 1, n)
 end
 
+-- The queue stream's entry of task `t`'s event `line` under `id`, by `call` (redis.call or redis.pcall).
+local function stream_add(call, K, t, id, line)
+  return call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, id, 'id', t.id, 'owner', t.owner, 'type', t.type,
+    'version', t.version, 'e', line)
+end
+
 -- Appends an event to the queue stream (always) and to the task history (when `hist`): the same
 -- line in both, except that the history leaves to its other entries what they say already
 -- (engine/core/models.py history_entries reads it back): an entry's time is '+<ms since the task's
@@ -76,13 +82,9 @@ local function emit(K, t, kind, now, ev, hist)
   -- than now (a clock that went back after a failover) or the server takes no '<ms>-*' (Redis 6.2),
   -- Redis picks the id and the line keeps the time.
   parts[1] = ''
-  local stamped = redis.pcall('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, at .. '-*', 'id', t.id,
-    'owner', t.owner, 'type', t.type, 'version', t.version, 'e', history_line(parts, n))
+  local stamped = stream_add(redis.pcall, K, t, at .. '-*', history_line(parts, n))
   parts[1] = at
-  if type(stamped) == 'table' then
-    redis.call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, '*', 'id', t.id, 'owner', t.owner, 'type', t.type,
-      'version', t.version, 'e', history_line(parts, n))
-  end
+  if type(stamped) == 'table' then stream_add(redis.call, K, t, '*', history_line(parts, n)) end
   if hist then
     local what = kind == 'transition' and ev.verb or kind
     local created = tonumber(t.created_at)

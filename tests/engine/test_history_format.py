@@ -57,7 +57,7 @@ def test_entries_are_stored_by_position_with_the_other_fields_named(engine):
     assert kinds.count("stage") == 2 and kinds.count("stale") == 1 and "progress" not in kinds
     assert not any(e.startswith("{") for e in entries)
     last = entries[-1].split("|")
-    # no empty tail; no worker: the claim entry of its attempt names it (test_history_workers.py)
+    # no empty tail; no worker: the claim entry of its attempt names it (test_history_left_out.py)
     assert last[1:] == ["", "complete", "", "", "1", "", "uploading"]
     transitions = [(e.verb, e.from_, e.to) for e in engine.history(task.id) if e.kind == "transition"]
     assert transitions == [

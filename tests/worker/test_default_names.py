@@ -4,46 +4,33 @@ default, ``uuid4().hex``, has 32; and none of its dispatch's fields once a worke
 
 import re
 
-from rq.serializers import JSONSerializer
-
-from ghostless import Engine, State
+from ghostless import State
+from ghostless.core.text import text
 from ghostless.execution.worker import build_worker
+from tests.worker.helpers import OWNER
 
 HEX16 = re.compile(r"[0-9a-f]{16}")
+DISPATCH_FIELDS = {"dispatch_id", "dispatched_at", "queued_at"}
 
 
-def test_a_worker_named_by_default_stores_short_names_and_no_dispatch_fields(redis_server):
-    client = redis_server.client()
-    client.flushall()
-    engine = Engine(client, namespace="nm")
+def stored(engine, task_id) -> dict:
+    return {text(k): text(v) for k, v in engine.redis.hgetall(engine.keys.task(task_id).task).items()}
 
-    @engine.task(queue="names", lease=30)
-    def fine(ctx):
-        return {"ok": True}
 
-    task = engine.submit("fine", {}, owner="alice")
-    queued = client.hgetall(engine.keys.task(task.id).task)
-    assert {b"dispatch_id", b"dispatched_at", b"queued_at"} <= set(queued)  # while QUEUED
-    assert engine.get(task.id).queued_at is not None
+def test_a_worker_named_by_default_stores_short_names_and_no_dispatch_fields(engine):
+    task = engine.submit("render", {"prompt": "cat", "steps": 1}, owner=OWNER)
+    assert set(stored(engine, task.id)) >= DISPATCH_FIELDS and engine.get(task.id).queued_at is not None
 
     worker = build_worker(engine, worker_class="simple")
-    assert worker.serializer is JSONSerializer and HEX16.fullmatch(worker.name)
+    assert HEX16.fullmatch(worker.name)
     worker.work(burst=True, logging_level="CRITICAL")
 
-    done = engine.get(task.id)
-    stored = {k.decode(): v.decode() for k, v in client.hgetall(engine.keys.task(task.id).task).items()}
-    assert (done.status, done.worker, stored["worker"]) == (State.SUCCESS, worker.name, worker.name)
-    assert HEX16.fullmatch(stored["claim_id"])
-    assert not {"dispatch_id", "dispatched_at", "queued_at"} & set(stored)
-    assert done.queued_at is None
+    done, hash_ = engine.get(task.id), stored(engine, task.id)
+    assert (done.status, done.worker, hash_["worker"]) == (State.SUCCESS, worker.name, worker.name)
+    assert HEX16.fullmatch(hash_["claim_id"])
+    assert not DISPATCH_FIELDS & set(hash_) and done.queued_at is None
     assert engine.check() == []
 
 
-def test_a_name_given_is_kept(redis_server):
-    engine = Engine(redis_server.client(), namespace="nm")
-
-    @engine.task(queue="names", lease=30)
-    def fine(ctx):
-        return {"ok": True}
-
+def test_a_name_given_is_kept(engine):
     assert build_worker(engine, worker_class="simple", name="render-1").name == "render-1"
