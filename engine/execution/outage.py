@@ -62,7 +62,8 @@ class RidesOutRedis:
         elif kind != self._failing_with:
             log.warning("worker %s: Redis is still failing, now with %s: %s", self.name, kind, e)
         self._failing_with = kind
-        self._beat_at = None  # engine/execution/lean_heartbeat.py: the next heartbeat is a real write
+        # engine/execution/lean_rq.py: the next heartbeat and the next state are real writes
+        self._beat_at = self._state_written = None
 
     def _redis_ok(self) -> None:
         """A write went through. After a failure, whichever call finds Redis back first (the next

@@ -5,12 +5,12 @@ import pytest
 import redis
 from rq import SimpleWorker
 
-from ghostless.execution.lean_heartbeat import LeanHeartbeat
+from ghostless.execution.lean_rq import LeanRQ
 from ghostless.execution.outage import RidesOutRedis
 from tests.worker.helpers import registered
 
 
-class Riding(RidesOutRedis, LeanHeartbeat, SimpleWorker):
+class Riding(RidesOutRedis, LeanRQ, SimpleWorker):
     pass
 
 
