@@ -9,7 +9,7 @@ MIN_STAMP := $(MIN_VENV)/.installed
 MIN_TESTS := tests/engine/test_submit.py tests/engine/test_claim.py tests/engine/test_sweep.py \
 	tests/engine/test_fakeserver.py tests/worker/test_happy_path.py tests/worker/test_kill.py \
 	tests/worker/test_redis_outage.py tests/worker/test_cut_off.py tests/worker/test_redis_restart.py \
-	tests/worker/test_plain_rq.py tests/worker/test_lean_rq.py \
+	tests/worker/test_plain_rq.py tests/worker/test_lean_rq.py tests/worker/test_outage_registration.py \
 	tests/web/test_api.py tests/web/test_sse.py tests/cli/test_submit.py tests/test_demo.py
 
 .PHONY: test lint fmt demo bench chaos chaos-cluster check-min clean

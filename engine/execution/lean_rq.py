@@ -20,9 +20,10 @@ the same once the job is over:
   otherwise it now carries the field itself. Only ghostless's jobs (whose results RQ keeps for a
   while: engine/execution/rq_dispatch.py): a plain RQ job a worker also serves keeps RQ's way.
 
-After a Redis failure (engine/execution/outage.py) the next heartbeat and the next state are sent:
-what the worker wrote before may not be there (a restart without persistence, a failover to a
-replica that had not caught up). The attempt's lease is renewed by
+After a Redis failure (engine/execution/outage.py) the next heartbeat and the next state are sent,
+and the next state again once Redis is back (its worker hash may be made anew): what the worker
+wrote before may not be there (a restart without persistence, a failover to a replica that had
+not caught up). The attempt's lease is renewed by
 engine/execution/heartbeat.py, not here.
 """
 

@@ -46,3 +46,15 @@ def test_a_registration_that_fails_keeps_the_worker_riding_out(worker, monkeypat
     monkeypatch.setattr(worker, "register_birth", refused)
     worker.heartbeat()
     assert worker._failing_since is not None  # the next look at Redis registers it
+
+
+def test_a_worker_registered_again_writes_its_state_again(worker):
+    # RQ's state write after a job can be the first to find Redis back (a restart that lost the
+    # worker's hash), before the heartbeat registers the worker again with a hash of RQ's fields,
+    # which hold no state: RQ's next state write (before the dequeue) must not be skipped as
+    # already written (engine/execution/lean_rq.py), or `rq info` shows the worker's state as '?'.
+    lose_registration(worker)
+    worker.set_state("idle")  # RQ's, after the job
+    worker.heartbeat()  # RQ's, after the job: finds Redis back, registers the worker again
+    worker.set_state("idle")  # RQ's, before the next dequeue
+    assert worker.connection.hget(worker.key, "state") == b"idle"
