@@ -21,7 +21,7 @@ the same once the job is over:
   while: engine/execution/rq_dispatch.py): a plain RQ job a worker also serves keeps RQ's way.
 
 After a Redis failure (engine/execution/outage.py) the next heartbeat and the next state are sent,
-and the next state again once Redis is back (its worker hash may be made anew): what the worker
+and the next state again once the worker's hash is made anew (registered again): what the worker
 wrote before may not be there (a restart without persistence, a failover to a replica that had
 not caught up). The attempt's lease is renewed by
 engine/execution/heartbeat.py, not here.
@@ -86,6 +86,12 @@ class LeanState:
         super().set_state(state, pipeline)
         self._state_written = state
         return None
+
+    def register_birth(self):
+        # A worker hash made anew holds RQ's birth fields, no state (the ride-out registers a
+        # worker again after Redis lost its hash: engine/execution/outage.py).
+        self._state_written = None
+        return super().register_birth()
 
 
 class LeanJobEnd:

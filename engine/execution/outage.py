@@ -76,9 +76,6 @@ class RidesOutRedis:
         except REDIS_FAULTS as e:
             self._redis_failed(e)
             return
-        # A hash made again holds no state (RQ's birth fields): the next state is a real write
-        # (engine/execution/lean_rq.py), whatever was written while Redis came back.
-        self._state_written = None
         log.warning("worker %s: Redis is back after %.1fs: resuming", self.name, time.monotonic() - self._failing_since)
         self._failing_since, self._failing_with = None, ""
 
