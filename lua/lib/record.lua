@@ -21,9 +21,9 @@ local function finish(reply)
   return reply
 end
 
--- A value of a history entry, its '|' and '\' escaped by a '\'.
+-- A value of a history entry, its '|' and '\' escaped by a '\' (a number's text has neither).
 local function history_value(v)
-  v = tostring(v)
+  if type(v) ~= 'string' then return DIGIT[v] or tostring(v) end
   if string.find(v, '[|\\]') then v = string.gsub(v, '[|\\]', '\\%0') end
   return v
 end
@@ -33,7 +33,8 @@ end
 -- from or to where its verb implies it: IMPLIED), then the others as '<short name (HN)>=<value>'.
 local function history_parts(kind, now, ev)
   local transition = kind == 'transition'
-  local parts = {numtext(now), transition and '' or kind}
+  -- Sized for HL and a few others at once (a table grown one key at a time is rebuilt at 4, 8, 16).
+  local parts = {numtext(now), transition and '' or kind, '', '', '', '', '', '', '', '', '', '', '', ''}
   for i = 3, #HL do
     local name = HL[i]
     local v = ev[name]
@@ -62,7 +63,7 @@ end
 -- The queue stream's entry of task `t`'s event `line` under `id`, by `call` (redis.call or redis.pcall).
 local function stream_add(call, K, t, id, line)
   return call('XADD', K.events, 'MAXLEN', '~', CFG.stream_max, id, 'id', t.id, 'owner', t.owner, 'type', t.type,
-    'version', t.version, 'e', line)
+    'version', numtext(t.version), 'e', line)
 end
 
 -- Appends an event to the queue stream (always) and to the task history (when `hist`): the same

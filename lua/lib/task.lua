@@ -8,7 +8,12 @@ local NUMERIC = {version = true, attempt = true, max_attempts = true, token = tr
 local function load_task(key)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then return nil end
-  local t = {}
+  -- Sized once for the usual fields: a table grown one key at a time is rebuilt at 1, 2, 4, 8, 16.
+  local t = {id = nil, queue = nil, status = nil, state_since = nil, type = nil, version = nil, owner = nil,
+    created_at = nil, attempt = nil, token = nil, max_attempts = nil, lease_ms = nil, timeout_ms = nil,
+    backoff = nil, dispatch_id = nil, dispatched_at = nil, queued_at = nil, claim_id = nil, worker = nil,
+    started_at = nil, lease_until = nil, attempt_deadline = nil, stage_since = nil, stage = nil,
+    stage_deadline = nil, progress = nil, message = nil, priority = nil, updated_at = nil}
   for i = 1, #flat, 2 do
     local k, v = flat[i], flat[i + 1]
     if NUMERIC[k] then v = tonumber(v) end
@@ -32,22 +37,31 @@ local function load_listed(key, set, id)
   return t
 end
 
+-- HSET's and HDEL's arguments, filled from 1 by each save_task and read up to its count: a table
+-- grown one key at a time is rebuilt at 1, 2, 4, 8, 16 and 32 (a function library keeps them from
+-- one call to the next, so they are grown once).
+local SAVE_ARGS, SAVE_GONE = {}, {}
+
 -- Writes `fields` to the hash (one HSET) and mirrors them into `t`. An empty value is no field:
 -- it is deleted (one HDEL), so a task keeps only what it has (readers default what is absent).
 local function save_task(key, t, fields)
-  local args, gone = {}, {}
+  local args, gone, n, m = SAVE_ARGS, SAVE_GONE, 0, 0
   for k, v in pairs(fields) do
     if v == '' then
-      if t[k] ~= nil then gone[#gone + 1] = k end
+      if t[k] ~= nil then
+        m = m + 1
+        gone[m] = k
+      end
       t[k] = nil
     else
-      args[#args + 1] = k
-      args[#args + 1] = v == NOW_MS and NOW_TEXT or v
+      args[n + 1] = k
+      args[n + 2] = numtext(v)
+      n = n + 2
       t[k] = v
     end
   end
-  if #args > 0 then redis.call('HSET', key, unpack(args)) end
-  if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
+  if n > 0 then redis.call('HSET', key, unpack(args, 1, n)) end
+  if m > 0 then redis.call('HDEL', key, unpack(gone, 1, m)) end
 end
 
 -- Owner check done inside the script: a foreign task looks exactly like a missing one.

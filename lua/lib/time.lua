@@ -15,8 +15,12 @@ local function now_ms()
   return NOW_MS
 end
 
--- `v` as written to Redis: the call's time as its text, anything else as it is.
+-- The digits' texts: a number written to Redis or put in a text is formatted by snprintf (Redis's
+-- "%.17g", Lua's "%.14g"), a single digit's text is looked up (versions, attempts, tokens).
+local DIGIT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
+
+-- `v` as written to Redis: the call's time as its text, a digit as its text, anything else as it is.
 local function numtext(v)
   if v == NOW_MS then return NOW_TEXT end
-  return v
+  return DIGIT[v] or v
 end

@@ -138,6 +138,18 @@ def test_the_body_keeps_args_and_result_while_its_history_is_capped(engine):
     assert [e.kind for e in capped.history(task.id)][-1] == "transition"
 
 
+def test_engines_of_other_settings_on_one_redis_each_keep_their_own_while_they_take_turns(engine):
+    """A script parses its settings once while they stay the same (engine/core/lua_source.py config):
+    engines that share a Redis with other settings, calling in turn, each get theirs."""
+    short, long = sibling(engine, config=Config(history_maxlen=3)), sibling(engine, config=Config(history_maxlen=6))
+    leases = [e.claim(e.submit("render", {"prompt": "dog"}, owner="alice").id, "w1") for e in (short, long)]
+    for i in range(5):  # 7 entries each with the submit's and the claim's
+        for e, lease in zip((short, long), leases):
+            e.stage(lease, "generating" if i % 2 == 0 else "uploading")
+    kept = [engine.redis.llen(engine.keys.task(lease.task_id).body) - BODY_HISTORY for lease in leases]
+    assert kept == [3, 6]
+
+
 def to_legacy(engine, task_id: str) -> None:
     """Store a task as a release before the body did: args, result and history under their own keys,
     and its id and queue in its hash."""
