@@ -175,7 +175,10 @@ class SentinelBackend(Backend):
 
         def rejoin() -> None:
             primary.start()  # same port, no persistence: Sentinel makes it the new primary's replica
-            wait_until(lambda: self._linked(primary), 60, 0.05, what="the old primary to rejoin as a replica")
+            try:
+                wait_until(lambda: self._linked(primary), 60, 0.05, what="the old primary to rejoin as a replica")
+            except AssertionError as e:  # seen once in CI under load: say what the sentinels did
+                raise AssertionError(f"{e}\n{self.setup.log_tails()}") from None
 
         return fail_over(primary, replica, self.lag, RedisServer.kill, promoted, rejoin)
 

@@ -491,7 +491,7 @@ class Soak:
             try:
                 what = self.backend.disrupt(index)
             except Exception as e:  # noqa: BLE001 - reported as a problem of the run
-                self.harness_errors.append(f"{self.backend.disruption} {index + 1} failed: {e!r}")
+                self.harness_errors.append(f"{self.backend.disruption} {index + 1} failed: {type(e).__name__}: {e}")
                 return
             ms = int((time.monotonic() - t0) * 1000)
             self.chaos[self.backend.disruption] += 1

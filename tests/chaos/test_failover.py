@@ -42,7 +42,7 @@ def _short(**kw) -> SoakConfig:
 def _assert_holds_through_a_failover(report: Report) -> None:
     """What must hold with or without wait_replicas (module docstring)."""
     text = report.format()
-    assert report.harness_errors == [], text
+    assert report.harness_errors == [], "\n".join([text, *report.harness_errors])  # in full: a pytest diff cuts them
     assert len(report.disruptions) == 1, text  # the failover happened, while tasks ran
     assert report.completed_twice == [] and report.success_counter_excess == 0, text
     assert report.stuck == [] and report.drained, text

@@ -325,6 +325,19 @@ class Sentinels:
 
         return _wait(promoted, timeout, f"sentinels to promote a new primary for {self.name}")
 
+    def log_tails(self, lines: int = 15) -> str:
+        """The last lines of each sentinel's log (its +tilt, +sdown, +convert-to-slave...): what a
+        timed-out wait on the sentinels reports, as their temp dir goes with close()."""
+        tails = []
+        for i, port in enumerate(self.sentinel_ports):
+            try:
+                with open(os.path.join(self.dir, f"sentinel-{i}.log"), errors="replace") as f:
+                    tail = f.read().splitlines()[-lines:]
+            except OSError as e:
+                tail = [f"(no log: {e})"]
+            tails.append(f"sentinel {port}:\n" + "\n".join(tail))
+        return "\n".join(tails)
+
     def close(self) -> None:
         for proc in self.sentinels:
             if proc.poll() is None:
