@@ -238,12 +238,16 @@ def test_a_job_takes_fewer_round_trips_than_plain_rqs_and_one_rq_heartbeat(redis
     def noop(ctx):
         return None
 
-    mine, _, more = per_job(engine, monkeypatch)
+    # A burst that lasts past lean_rq.BEAT_EVERY sends a default heartbeat more, one per second it
+    # lasts (seen in CI under load: 11.35 round trips a job against at most 11.3): counted here is
+    # what RQ's loop asks for, not how long this machine takes to run it.
+    with monkeypatch.context() as m:
+        m.setattr(lean_rq, "BEAT_EVERY", 3600.0)
+        mine, _, more = per_job(engine, monkeypatch)
     rqs, rqs_beats, _ = per_job(engine, monkeypatch, plain=True)
     # Of plain RQ's round trips a job (RQ 3.0: 20) go its worker heartbeats sent alone (RQ 3.0:
     # three, nine round trips; RQ 2.8: 4.5), its second state write and the job's heartbeat at its
-    # end (two), and the claim and the complete come in (two): RQ 3.0 11, RQ 2.8 12. (A burst that
-    # lasts past a second sends one heartbeat more: lean_rq.BEAT_EVERY.)
+    # end (two), and the claim and the complete come in (two): RQ 3.0 11, RQ 2.8 12.
     assert rqs_beats > 0 and mine <= rqs - rqs_beats - 2 + 2 + 0.5, (mine, rqs, rqs_beats)
     assert more["asked"].count(None) >= 3 * 25  # what RQ asks for: before and after each dequeue, after each job
     beats = [p for p in more["pipelines"] if p == ["HSET", "EXPIRE", "EXPIRE"]]  # a heartbeat alone
