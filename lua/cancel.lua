@@ -10,7 +10,7 @@
 local by, admin = ARGV[5], ARGV[6]
 local t = load_task(K.task)
 if not visible(t, by, admin) then return {C.NOT_FOUND} end
-if t.status == 'CANCELLED' then return {C.REPLAYED, t.version} end
+if t.status == 'CANCELLED' then return {replay(K), t.version} end
 if not LEGAL.cancel[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()

@@ -55,7 +55,7 @@ local function lease_reply(code, passed)
   return {code, t.token, t.attempt, body_args(K), t.type, t.lease_ms, t.max_attempts,
     redis.call('HGETALL', K.checkpoints), t.id, passed or '', t.traceparent or ''}
 end
-if t.status == 'PROCESSING' and t.claim_id == claim_id then return lease_reply(C.REPLAYED) end
+if t.status == 'PROCESSING' and t.claim_id == claim_id then return lease_reply(replay(K)) end
 if t.passed and dispatch_id ~= '' and t.dispatch_id == dispatch_id then  -- a resent claim that took the head?
   local by, hid = string.match(t.passed, '^(%S+) (%S+)$')
   if by == claim_id then
@@ -65,7 +65,7 @@ if t.passed and dispatch_id ~= '' and t.dispatch_id == dispatch_id then  -- a re
     if h and h.status == 'PROCESSING' and h.claim_id == claim_id then
       local own = t.id  -- still passed over: not dispatched again yet (the reply was lost)
       K, t = KH, h
-      return lease_reply(C.REPLAYED, own)
+      return lease_reply(replay(K), own)
     end
   end
 end

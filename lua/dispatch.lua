@@ -27,7 +27,7 @@ if not t then return {C.NOT_FOUND} end
 local now = now_ms()
 if t.dispatch_id == ARGV[5] then
   if t.status == 'QUEUED' then redis.call('ZADD', K.dispatch, now + tonumber(ARGV[6]), t.id) end
-  return {C.REPLAYED, t.version}
+  return {replay(K), t.version}
 end
 if ARGV[8] == 'rearm' then return {C.NOT_DUE} end
 -- A task a claim passed over (lua/claim.lua) gets a job again for the dispatch the claim spent,

@@ -17,7 +17,7 @@ local by, admin, new_id = ARGV[5], ARGV[6], ARGV[7]
 local N = taskkeys(T)
 local t = load_task(K.task)
 if not visible(t, by, admin) then return {C.NOT_FOUND} end
-if t.superseded_by == new_id then return {C.REPLAYED, new_id} end
+if t.superseded_by == new_id then return {replay(K), new_id} end
 if not LEGAL.edit[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()

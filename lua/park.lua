@@ -15,7 +15,7 @@
 --   {ILLEGAL_TRANSITION, state}
 local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
-if t.park_id == ARGV[8] then return {C.REPLAYED, t.status} end
+if t.park_id == ARGV[8] then return {replay(K), t.status} end
 if not LEGAL.park[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()

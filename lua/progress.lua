@@ -12,7 +12,7 @@ local now = now_ms()
 local refused = check_lease(K, t, 'progress', ARGV[5], ARGV[6], ARGV[9], now, false)
 if refused then return refused end
 local fraction, message = ARGV[7], ARGV[8]
-if t.progress == fraction and (t.message or '') == message then return {C.REPLAYED, t.version} end
+if t.progress == fraction and (t.message or '') == message then return {replay(K), t.version} end
 
 -- The stream carries progress; the history keeps transitions and stages only.
 touch(K, t, now, {progress = fraction, message = message}, 'progress',

@@ -9,7 +9,7 @@
 local by, admin, retry_id = ARGV[5], ARGV[6], ARGV[7]
 local t = load_task(K.task)
 if not visible(t, by, admin) then return {C.NOT_FOUND} end
-if t.retry_id == retry_id then return {C.REPLAYED, t.version} end
+if t.retry_id == retry_id then return {replay(K), t.version} end
 if not LEGAL.retry[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()

@@ -12,7 +12,7 @@ local now = now_ms()
 local refused = check_lease(K, t, 'stage', ARGV[5], ARGV[6], ARGV[9], now, false)
 if refused then return refused end
 local name = ARGV[7]
-if t.stage == name then return {C.REPLAYED, t.version} end
+if t.stage == name then return {replay(K), t.version} end
 
 close_stage(K, t, now)
 local timeout = tonumber(ARGV[8])

@@ -38,13 +38,13 @@ local rate_key = quota ~= '' and KEYS[T + 2 + 2 * n_parents] or nil
 local idem = KEYS[T + 2 + 2 * n_parents + (rate_key and 1 or 0)]
 
 -- A resent submit (lost reply) finds its own task.
-if redis.call('EXISTS', K.task) == 1 then return {C.REPLAYED, task_id} end
+if redis.call('EXISTS', K.task) == 1 then return {replay(K), task_id} end
 
 -- The key outlives no task: Config keeps its TTL within the terminal retention.
 if idem then
   local existing = redis.call('HMGET', idem, 'id', 'digest')
   if existing[1] then
-    if existing[2] == digest then return {C.REPLAYED, existing[1]} end
+    if existing[2] == digest then return {replay(K), existing[1]} end
     return {C.IDEMPOTENCY_CONFLICT, existing[1]}
   end
 end

@@ -12,7 +12,8 @@ Families (all labelled by ``queue``):
 - ``ghostless_transitions_total{state}``: tasks that entered each state (counter).
 - ``ghostless_failures_total{error_kind}``: failed attempts per error kind (counter).
 - ``ghostless_stale_rejections_total``, ``ghostless_overdue_total``, ``ghostless_escalated_total``,
-  ``ghostless_parked_total``: refused stale calls and what the sweeper recorded (counters).
+  ``ghostless_parked_total``: refused stale calls and what the sweeper recorded (counters);
+  ``ghostless_replayed_total``: calls that repeated one already done (counter).
 - ``ghostless_time_in_state_seconds{state}`` and ``ghostless_time_in_stage_seconds{stage}``:
   summaries (``_sum``/``_count``, no quantiles) of the time tasks spent in a state (stage)
   before leaving it. A mean-seconds gauge would be a lifetime mean that stops moving after a
@@ -59,6 +60,7 @@ COUNTERS = (
     ("overdue", "Tasks the sweeper recorded as past their due time"),
     ("escalated", "Tasks the sweeper recorded as past their escalation time"),
     ("parked", "Tasks set aside before starting: their upstream's breaker open or rate limit full"),
+    ("replayed", "Calls that repeated one already done (a resent submit, claim, complete, cancel, ...)"),
 )
 
 

@@ -45,7 +45,7 @@ def state_counts(counts: dict, raw: dict | None = None) -> dict[str, dict[str, i
 
 def stats(engine) -> dict:
     """Per queue: counts per state, tasks that entered and that left each state, mean time in state (s),
-    failures per error kind, mean time per stage (s), stale rejections."""
+    failures per error kind, mean time per stage (s), stale rejections, repeated calls."""
     queues = engine.queues()
     pipe = engine.redis.pipeline(transaction=False)
     for q in queues:
@@ -67,6 +67,7 @@ def stats(engine) -> dict:
             "overdue": raw.get("overdue", 0),
             "escalated": raw.get("escalated", 0),
             "parked": raw.get("parked", 0),
+            "replayed": raw.get("replayed", 0),  # calls that repeated one already done (lib/record: replay)
         }
     return out
 

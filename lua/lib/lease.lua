@@ -19,7 +19,7 @@ end
 -- `ending` verbs (complete, fail, release) answer REPLAYED to a repeat of the same call.
 local function check_lease(K, t, verb, token, claim, worker, now, ending)
   if ending and t.ended_token == token and t.ended_by == verb and t.claim_id == claim then
-    return {C.REPLAYED, t.status, t.version}
+    return {replay(K), t.status, t.version}
   end
   if t.status == 'PROCESSING' and is_lease(t, token, claim) then return nil end
   refuse_stale(K, t, verb, token, worker, now)

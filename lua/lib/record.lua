@@ -15,6 +15,18 @@ local QUEUED_FIELDS = {'dispatch_id', 'dispatched_at', 'queued_at'}
 local ATTEMPT_SETTINGS = {'lease_ms', 'timeout_ms', 'backoff'}
 local FINAL = {SUCCESS = true, CANCELLED = true}
 
+-- The code of a reply to a call that repeats one already done (REPLAYED), which then writes one
+-- thing: the count of repeats in the queue's stats. A caller's WAIT (Config.wait_replicas) counts
+-- the writes made on its own connection, and Redis 7.2 and later (Valkey too) move that count only
+-- by a call that writes (Redis 7.0 moved it by every command): a repeat that wrote nothing was
+-- acknowledged at once, while the replicas could still lack the first call's write it repeats.
+-- This write comes after that one, so the WAIT covers both. On a Redis at maxmemory the count is
+-- refused (OOM) and the repeat still answers: a resent call must find what it did.
+local function replay(K)
+  redis.pcall('HINCRBY', K.stats, 'replayed', 1)
+  return C.REPLAYED
+end
+
 -- The reply of a script that may end a task.
 local function finish(reply)
   if RESOLVE_DUE then reply[#reply + 1] = '!resolve' end

@@ -188,6 +188,26 @@ def test_a_replayed_submit_waits_for_the_write_it_replays(breakable):
     assert rr.hget(engine.keys.task(replayed.id).task, "status") == b"PENDING"  # on the replica now
 
 
+def test_a_repeated_cancel_waits_for_the_cancel_it_repeats(breakable):
+    """Any repeat answered REPLAYED (here a cancel of a task another process cancelled) is
+    acknowledged only once the replica has the write it repeats. Redis 7.2 and later (Valkey too)
+    move a connection's WAIT offset only by a call that writes: a repeat that wrote nothing was
+    acknowledged at once (make check-valkey runs this file on Valkey 8)."""
+    engine, other = durable(breakable, timeout=TIMEOUT), durable(breakable, timeout=TIMEOUT)
+    task = durable(breakable).submit("render", {"prompt": "p"}, owner="alice")
+    with contextlib.suppress(ReplicationTimeout):  # TIMEOUT may be short for a loaded machine's ACK
+        other.submit("render", {"prompt": "before"}, owner="bob")  # other's last write ...
+    key = engine.keys.task(task.id).task
+    acked_all(breakable.primary_for(key).client())  # ... the replica has acknowledged
+    with stopped(breakable.replica_for(key)):
+        with pytest.raises(ReplicationTimeout):
+            engine.cancel(task.id, by="alice")
+        with pytest.raises(ReplicationTimeout) as err:  # the user's second click, on another web process
+            other.cancel(task.id, by="alice")
+        assert err.value.acked == 0
+    assert breakable.replica_reader(key).hget(key, "status") == b"CANCELLED"  # on the replica now
+
+
 def test_a_heartbeat_waits_out_its_wait_timeout_even_when_it_exceeds_a_third_of_the_lease(breakable):
     """A heartbeat's socket timeout is a third of its lease; with a longer wait_timeout the WAIT
     itself was cut off as a socket timeout (a failed heartbeat) instead of answering

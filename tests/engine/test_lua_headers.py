@@ -59,6 +59,8 @@ def body_codes(body: str) -> set[str]:
         codes |= LIB_CHECK_LEASE | ({"REPLAYED"} if ending == "true" else set())
     if re.search(r"\bquota_check\(", body):
         codes |= LIB_QUOTA_CHECK
+    if re.search(r"\breplay\(", body):  # lib/record.lua: REPLAYED, once the repeat is counted
+        codes.add("REPLAYED")
     return codes
 
 

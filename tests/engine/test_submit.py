@@ -27,6 +27,20 @@ def test_same_idempotency_key_and_args_returns_the_existing_task(engine):
     assert engine.stats()["images"]["counts"]["PENDING"] == 1
 
 
+def test_a_repeated_call_is_counted_as_a_replay_and_changes_nothing_else(engine):
+    """A repeat answered REPLAYED writes the count of repeats, so that a WAIT after it covers the
+    write it repeats (tests/engine/test_durable.py); the task itself stays as the first call left it."""
+    first = engine.submit("render", {"prompt": "a cat"}, owner="alice", idempotency_key="k")
+    engine.cancel(first.id, by="alice")
+    task = engine.get(first.id)
+    assert engine.stats()["images"]["replayed"] == 0
+    assert engine.submit("render", {"prompt": "a cat"}, owner="alice", idempotency_key="k").id == first.id
+    engine.cancel(first.id, by="alice")
+    assert engine.stats()["images"]["replayed"] == 2
+    assert engine.get(first.id) == task and len(engine.history(first.id)) == 2
+    assert engine.check() == []
+
+
 def test_same_idempotency_key_with_other_args_is_a_conflict(engine):
     first = engine.submit("render", {"prompt": "a cat"}, owner="alice", idempotency_key="k")
     with pytest.raises(IdempotencyConflict) as err:
