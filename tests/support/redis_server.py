@@ -55,7 +55,18 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {ports} (with its port + 10000)")
 
 
+#: The server binary every private server of the tests and benches runs, when set (a path): another
+#: Redis, or Valkey, whose behaviour the suite then checks (``make check-valkey``). Unset:
+#: ``redis-server`` on the PATH.
+SERVER_ENV = "GHOSTLESS_TEST_REDIS_SERVER"
+
+
 def redis_server_path() -> str | None:
+    chosen = os.environ.get(SERVER_ENV)
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise RuntimeError(f"{SERVER_ENV}={chosen!r} is not an executable file")
+        return chosen
     return shutil.which("redis-server")
 
 
