@@ -34,7 +34,7 @@ from ghostless.core.ids import new_worker_name  # noqa: E402
 from ghostless.core.lua_source import call_keys  # noqa: E402
 from ghostless.core.models import Lease  # noqa: E402
 from ghostless.core.replies import parse  # noqa: E402
-from tests.support.redis_server import RedisServer, redis_server_path  # noqa: E402
+from tests.support.redis_server import SERVER_ENV, RedisServer, redis_server_path  # noqa: E402
 from tests.support.wait import server_ms, wait_for_server_time  # noqa: E402
 
 # The payload of every bench task: ~114 B of args JSON, ~115 B of result JSON.
@@ -56,6 +56,15 @@ def machine() -> str:
                 break
     version = subprocess.run([redis_server_path(), "--version"], capture_output=True, text=True).stdout.strip()
     return f"machine: nproc={os.cpu_count()} cpu={cpu!r} python={platform.python_version()}\nredis: {version}"
+
+
+def use_valkey() -> None:
+    """Make every private server of this process Valkey 8, a server of the Redis 7.2 line, which
+    .ci/valkey fetches from Debian's archive (``make check-valkey`` runs the contract tests on it)."""
+    got = subprocess.run([str(ROOT / ".ci" / "valkey")], capture_output=True, text=True)
+    if got.returncode:
+        raise SystemExit(f"no Valkey server: {got.stderr.strip()}")
+    os.environ[SERVER_ENV] = got.stdout.strip()
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ BENCHES = [  # (script, what it measures)
         "the same with two stages and a progress report per lifecycle: the calls a lease holder makes as it works",
     ),
     ("sweep.py", "sweeper tick with 1M tasks; reclaim rate; memory per task vs an RQ job"),
+    ("sweep.py --memory --valkey", "memory per task vs an RQ job on Valkey 8, a server of the Redis 7.2 line"),
     ("recovery.py", "time from SIGKILL to another worker entering the task, vs plain RQ"),
     ("throughput.py", "no-op tasks through ghostless on RQ vs plain RQ jobs"),
     ("sse.py", "SSE broadcast latency, memory per subscriber, Redis connections vs flask-sse"),

@@ -54,6 +54,7 @@ from bench._common import (
     server_cpu,
     server_ms,
     submit_call,
+    use_valkey,
     verdict,
     verify_shim,
     wait_for_server_time,
@@ -460,7 +461,14 @@ def bench_rq_memory(r, n: int = 200) -> float:
     return total
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    """``--memory``: part (c) alone; ``--valkey``: on Valkey 8 (the Redis 7.2 line) instead of the
+    PATH's redis-server."""
+    unknown = set(argv) - {"--memory", "--valkey"}
+    if unknown:
+        raise SystemExit(f"unknown arguments {sorted(unknown)}: --memory, --valkey")
+    if "--valkey" in argv:
+        use_valkey()
     print(machine())
     with private_redis(*AOF_EVERYSEC) as server:
         r = server.client()
@@ -469,6 +477,8 @@ def main() -> int:
             f"engine {Config()}"
         )
         bench_memory(r)
+        if "--memory" in argv:
+            return 0
         r.flushall()
         bench_tick(r)
         r.flushall()
@@ -477,4 +487,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
