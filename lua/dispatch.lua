@@ -26,8 +26,10 @@ local t = load_task(K.task)
 if not t then return {C.NOT_FOUND} end
 local now = now_ms()
 if t.dispatch_id == ARGV[5] then
+  -- Not counted as a repeat (lib/record: replay): the sweeper's check of a job that still exists
+  -- answers here each requeue_after, and its ZADD is a write a WAIT after it counts.
   if t.status == 'QUEUED' then redis.call('ZADD', K.dispatch, now + tonumber(ARGV[6]), t.id) end
-  return {replay(K), t.version}
+  return {C.REPLAYED, t.version}
 end
 if ARGV[8] == 'rearm' then return {C.NOT_DUE} end
 -- A task a claim passed over (lua/claim.lua) gets a job again for the dispatch the claim spent,

@@ -46,6 +46,7 @@ def test_dispatch_with_the_current_dispatch_id_is_replayed_and_only_rearms_the_j
     old_check = before["tasks"][task.id]["sets"].pop("dispatch")
     assert after["tasks"][task.id]["sets"].pop("dispatch") >= old_check
     assert after == before
+    assert dispatching.stats()["images"]["replayed"] == 0  # the sweeper's job check is no resent call
 
 
 def test_dispatch_of_a_task_that_does_not_exist_is_task_not_found(dispatching):
