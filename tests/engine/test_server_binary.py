@@ -21,3 +21,17 @@ def test_a_chosen_server_that_is_not_an_executable_is_refused(monkeypatch, tmp_p
     monkeypatch.setenv(SERVER_ENV, str(tmp_path / "no-such-server"))
     with pytest.raises(RuntimeError, match=SERVER_ENV):
         redis_server_path()
+
+
+def test_a_chosen_server_named_relative_to_the_start_is_found_from_anywhere(monkeypatch, tmp_path):
+    """docs name Valkey as ``.cache/valkey/...`` from the checkout: a server started by a process
+    in another directory must still find it."""
+    server = tmp_path / "bin" / "my-server"
+    server.parent.mkdir()
+    server.write_text("#!/bin/sh\n")
+    server.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(SERVER_ENV, "bin/my-server")
+    found = redis_server_path()
+    monkeypatch.chdir("/")
+    assert found == str(server) and os.access(found, os.X_OK)

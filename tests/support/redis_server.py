@@ -66,7 +66,7 @@ def redis_server_path() -> str | None:
     if chosen:
         if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
             raise RuntimeError(f"{SERVER_ENV}={chosen!r} is not an executable file")
-        return chosen
+        return os.path.abspath(chosen)  # a path relative to where the run began: any cwd may start it
     return shutil.which("redis-server")
 
 
