@@ -59,7 +59,9 @@ from bench._common import (
     verify_shim,
     wait_for_server_time,
 )
+from ghostless.core import index
 from ghostless.core.config import Config
+from ghostless.core.keys import index_pages
 
 BIG = 1_000_000
 BIG_SPLIT = {"PENDING": 800_000, "PROCESSING": 100_000, "SUCCESS": 100_000}
@@ -189,7 +191,8 @@ def bench_tick(r) -> dict:
     print(
         f"(a) loaded {BIG:,} tasks in {load_s:.1f}s by cloning real-script templates "
         f"(zset sizes: {sizes}); used_memory {mem / 2**20:,.0f} MiB, {(mem - mem0) / BIG:,.0f} B per task "
-        f"(mix of states; no stream entries); index zset {index_share:.0f} B per member at {sizes['index']:,}"
+        f"(mix of states; no stream entries); index {index_share:.0f} B per member at {sizes['index']:,} "
+        "(cloned into one zset, as an index from before pages)"
     )
 
     for e in (big, empty):  # warm-up; and check that nothing is due
@@ -319,6 +322,12 @@ def usage(r, key) -> int:
     return r.memory_usage(key, samples=0) or 0
 
 
+def index_usage(r, head: str) -> tuple[int, int]:
+    """(bytes, tasks) of a task index: its head, its pages and their directory (engine/core/index.py)."""
+    keys = index.keys_of(r, head)
+    return sum(usage(r, key) for key in [*keys, index_pages(head)]), sum(r.zcard(key) for key in keys)
+
+
 def realistic_engine(r, dispatcher="rq") -> Engine:
     """The engine of the memory figure: default namespace 'gl' and queue 'default' (realistic key
     names), RQ as the executor (what `ghostless worker` runs), and the realistic task type: two
@@ -365,11 +374,12 @@ def bench_memory(r) -> dict:
         result_len.append(len(r.lindex(k.body, 1)))
         assert r.hget(k.task, "status") == b"SUCCESS"
     k = engine.keys.task(ids[0])
-    n_tasks = r.zcard(k.index)
-    index_share = usage(r, k.index) / n_tasks
+    index_bytes, n_tasks = index_usage(r, k.index)
+    index_share = index_bytes / n_tasks
     line_share = usage(r, k.ended) / r.llen(k.ended)  # the ended line: one entry per task
     owner_key = engine.keys.owner_index("default", "bench")
-    owner_share = usage(r, owner_key) / r.zcard(owner_key)
+    owner_bytes, owner_tasks = index_usage(r, owner_key)
+    owner_share = owner_bytes / owner_tasks
     stream_bytes, stream_entries = usage(r, k.events), r.xlen(k.events)
     stream_entry = stream_bytes / stream_entries
     last = r.xrevrange(k.events, count=10 * (4 + len(REALISTIC_STEPS)))  # the last batch's events
@@ -387,8 +397,9 @@ def bench_memory(r) -> dict:
         f"{', '.join(step[0] for step in REALISTIC_STEPS)}, complete); {MEM_TASKS:,} tasks submitted and run "
         f"{MEM_BATCH} at a time, median of the last 200): "
         + ", ".join(f"{n} {v:.0f} B" for n, v in owned.items())
-        + f", index zset share {index_share:.0f} B, owner index share {owner_share:.0f} B (zset MEMORY USAGE / "
-        f"members; {n_tasks:,} members, one owner), ended line share {line_share:.0f} B (MEMORY USAGE / LLEN), "
+        + f", index share {index_share:.0f} B, owner index share {owner_share:.0f} B (MEMORY USAGE of the head, "
+        f"the pages and their directory / members; {n_tasks:,} members, one owner), "
+        f"ended line share {line_share:.0f} B (MEMORY USAGE / LLEN), "
         f"event stream share {stream_share:.0f} B ({stream_entries:,} entries of {stream_entry:.0f} B "
         f"(MEMORY USAGE / XLEN), capped at ~{engine.config.stream_maxlen:,}, / {n_tasks:,} tasks; "
         f"{events_per_task} entries per task: {stream_full:.0f} B if none had left the stream); "
@@ -426,7 +437,7 @@ def spread_owner_share(r, owners: int) -> float:
     ids = pipelined_lifecycles(
         engine, "job", ARGS, RESULT, MEM_TASKS, 100, worker=DEFAULT_WORKER_NAME, steps=REALISTIC_STEPS, owners=owners
     )
-    return sum(usage(r, engine.keys.owner_index("default", f"user{i}")) for i in range(owners)) / len(ids)
+    return sum(index_usage(r, engine.keys.owner_index("default", f"user{i}"))[0] for i in range(owners)) / len(ids)
 
 
 def bench_rq_memory(r, n: int = 200) -> float:

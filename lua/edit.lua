@@ -3,8 +3,8 @@
 -- From: PENDING, QUEUED, PROCESSING, RETRY_WAITING
 -- To: CANCELLED, PENDING
 -- KEYS[1..T]: the old task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of);
---   KEYS[T+1..2T]: the new task's keys; KEYS[2T+1]: the owner's task index;
---   KEYS[2T+2]: the owner's submit-rate key (only with a quota, ARGV[9] ~= '')
+--   KEYS[T+1..2T]: the new task's keys; KEYS[2T+1..2T+3]: the owner's task index (keys.py IndexKeys:
+--   head, pages, page); KEYS[2T+4]: the owner's submit-rate key (only with a quota, ARGV[9] ~= '')
 -- ARGV[1..4]: engine config; ARGV[5]: who asks; ARGV[6]: '1' if admin; ARGV[7]: new task id;
 --   ARGV[8]: new args JSON; ARGV[9]: the owner's quota (lib/quota; '' or absent = none): an edit counts as a
 --   submit against its rate, and its args replace the old task's in the unfinished bytes
@@ -22,7 +22,7 @@ if not LEGAL.edit[t.status] then return {C.ILLEGAL_TRANSITION, t.status} end
 
 local now = now_ms()
 local quota = ARGV[9] or ''
-local rate_key = quota ~= '' and KEYS[2 * T + 2] or nil
+local rate_key = quota ~= '' and KEYS[2 * T + 4] or nil
 local refused, rate_state = quota_check(K, rate_key, t.owner, quota, 0,
   #ARGV[8] - #(body_args(K) or ''), now)
 if refused then return refused end
@@ -39,7 +39,7 @@ change(K, t, 'edit', 'CANCELLED', now, 0,
 -- The request's delay, due times and expiry carry over, and so does what was recorded of them (an
 -- overdue request is not recorded overdue twice). A claim cleared the expiry of a task it started.
 local delay_ms = math.max(0, tonumber(t.not_before or 0) - now)
-create(N, KEYS[2 * T + 1], {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
+create(N, {head = KEYS[2 * T + 1], pages = KEYS[2 * T + 2], page = KEYS[2 * T + 3]}, {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
   max_attempts = t.max_attempts, lease_ms = lease_ms, timeout_ms = timeout_ms,
   priority = t.priority, backoff = backoff, due_at = t.due_at, escalate_at = t.escalate_at,
   overdue_at = t.overdue_at, escalated_at = t.escalated_at, not_before = t.not_before,

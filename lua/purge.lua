@@ -1,14 +1,19 @@
 -- Purge: the sweeper deletes a terminal task whose retention has passed.
 -- From: SUCCESS, FAILED, TIMEOUT, CANCELLED
 -- To: (none)
--- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of); KEYS[T+1]: the owner's task index (optional)
+-- KEYS[1..T]: the task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of);
+--   KEYS[T+1]: the page of the queue's index that holds the task (its head or a page: lib/index
+--   index_route, as the sweeper found it); KEYS[T+2], KEYS[T+3]: the owner's index pages and the page
+--   that holds the task (optional: a task without an owner)
 -- ARGV[1..4]: engine config; ARGV[5]: task id; ARGV[6]: its entry of the ended line (lib/task), due
---   at its kept-until or ARGV[3] (retention) after it ended; absent for a task of the expiry set (one
---   that ended before the line, due at its score)
+--   at its kept-until or ARGV[3] (retention) after it ended; '' for a task of the expiry set (one
+--   that ended before the line, due at its score); ARGV[7], ARGV[8]: the names of the pages KEYS[T+1]
+--   and KEYS[T+3] ('' for a head)
 -- Returns: {OK} | {NOT_DUE} when not yet due or no longer terminal, or when a task still waits on
 --   it (kept another retention period) | {NOT_FOUND} when the task is gone or, for an entry, the
---   task has not been in that ending since (retried): the entry is dropped
-local entry = ARGV[6]
+--   task has not been in that ending since (retried): the entry is dropped | {MOVED} when a submit
+--   moved an index's head into a page since the sweeper found the pages: nothing done, route again
+local entry = ARGV[6] ~= '' and ARGV[6] or nil
 local now = now_ms()
 local t
 if entry then
@@ -38,15 +43,21 @@ for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do
   end
 end
 
+local owner_pages = KEYS[T + 2]
+if index_route(K.index_pages, t.created_at) ~= ARGV[7]
+    or (owner_pages and index_route(owner_pages, t.created_at) ~= ARGV[8]) then
+  return {C.MOVED}
+end
+
 -- Out of its state's count: the field named after the state is the part of the count that no move
 -- counter holds (engine/core/stats.py state_counts).
 redis.call('HINCRBY', K.counts, t.status, -1)
 if entry then redis.call('LREM', K.ended, 1, entry) end
 redis.call('ZREM', K.expiry, t.id)
-redis.call('ZREM', K.index, t.id)
+index_remove(K.index_pages, KEYS[T + 1], ARGV[7], t.id)
 -- Left in a wait line only by a process from before the lines (lib/record: wait_lines): not forever.
 redis.call('ZREM', K.pending_since, t.id)
 redis.call('ZREM', K.queued_since, t.id)
-if KEYS[T + 1] then redis.call('ZREM', KEYS[T + 1], t.id) end
+if owner_pages then index_remove(owner_pages, KEYS[T + 3], ARGV[8], t.id) end
 redis.call('DEL', K.task, K.body, K.args, K.result, K.history, K.checkpoints, K.children, K.notifications)
 return {C.OK}

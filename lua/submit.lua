@@ -2,9 +2,9 @@
 -- From: (none)
 -- To: PENDING
 -- KEYS[1..T]: the new task's keys (T: those of engine/core/keys.py TaskKeys it touches, lua_source.py task_keys_of);
---   KEYS[T+1]: the owner's task index; KEYS[T+2..T+1+2n]: each parent's hash and children set
---   (n = n_parents); KEYS[T+2+2n]: the owner's submit-rate key (only with a quota ~= '');
---   then the idempotency key (optional)
+--   KEYS[T+1..T+3]: the owner's task index (keys.py IndexKeys: head, pages, page); KEYS[T+4..T+3+2n]:
+--   each parent's hash and children set (n = n_parents); KEYS[T+4+2n]: the owner's submit-rate key
+--   (only with a quota ~= ''); then the idempotency key (optional)
 -- ARGV[1..4]: engine config; ARGV[5..24]: bound below, one local each, named as the fields of
 --   engine/core/scripts.py SubmitArgs, in their order (tests/engine/test_scripts_wrappers.py checks it);
 --   ARGV[25]: n_parents, the number of parents it waits on; ARGV[26..25+n_parents]: their ids
@@ -34,8 +34,9 @@ local quota = ARGV[22]  -- the owner's (lib/quota; '' = none)
 local expires_ms = tonumber(ARGV[23])  -- from now it is cancelled (expired) unless started (0 = never)
 local traceparent = ARGV[24]  -- W3C, of the submit's span ('' = none)
 local n_parents = tonumber(ARGV[25])
-local rate_key = quota ~= '' and KEYS[T + 2 + 2 * n_parents] or nil
-local idem = KEYS[T + 2 + 2 * n_parents + (rate_key and 1 or 0)]
+local O = T + 3  -- the owner's index keys end here
+local rate_key = quota ~= '' and KEYS[O + 1 + 2 * n_parents] or nil
+local idem = KEYS[O + 1 + 2 * n_parents + (rate_key and 1 or 0)]
 
 -- A resent submit (lost reply) finds its own task.
 if redis.call('EXISTS', K.task) == 1 then return {replay(K), task_id} end
@@ -52,9 +53,9 @@ end
 -- Parents exist before their child, so no cycle can form. Each is checked before any write.
 local open, failed = {}, false
 for i = 1, n_parents do
-  local status = redis.call('HGET', KEYS[T + 2 * i], 'status')
+  local status = redis.call('HGET', KEYS[O + 2 * i - 1], 'status')
   if not status then return {C.UNKNOWN_PARENT, ARGV[25 + i]} end
-  if not TERMINAL[status] then open[#open + 1] = KEYS[T + 1 + 2 * i]
+  if not TERMINAL[status] then open[#open + 1] = KEYS[O + 2 * i]
   elseif status ~= 'SUCCESS' then failed = true end
 end
 
@@ -64,7 +65,7 @@ if refused then return refused end
 local waiting = (#open > 0 or failed) and '1' or nil
 local due = nil
 if waiting then due = failed and now or now + RECHECK_MS end
-create(K, KEYS[T + 1], {id = task_id, due_at = due_ms > 0 and now + due_ms or nil,
+create(K, {head = KEYS[T + 1], pages = KEYS[T + 2], page = KEYS[T + 3]}, {id = task_id, due_at = due_ms > 0 and now + due_ms or nil,
   escalate_at = escalate_ms > 0 and now + escalate_ms or nil, type = type_name, owner = owner, queue = queue,
   max_attempts = max_attempts, lease_ms = lease_ms, timeout_ms = timeout_ms,
   priority = priority ~= '0' and priority or nil,  -- absent: 0

@@ -31,6 +31,7 @@ from ghostless.cli.root import command
 from ghostless.core import check as check_mod
 from ghostless.core.clock import server_ms
 from ghostless.core.errors import TaskNotFound
+from ghostless.core.index import count as index_count
 from ghostless.core.server import persistence_notes
 from ghostless.core.states import State
 
@@ -275,10 +276,7 @@ def check_command(ctx, app_spec, redis_url, as_json):
     """Verify the invariants on every task (a scan); exit 1 when any is violated."""
     engine = load_engine(app_spec, redis_url, quiet=True)
     queues = engine.queues()
-    pipe = engine.redis.pipeline(transaction=False)
-    for q in queues:
-        pipe.zcard(engine.keys.queue_key(q, "index"))
-    total = sum(pipe.execute()) if queues else 0
+    total = sum(index_count(engine.redis, engine.keys.queue_index(q)) for q in queues)
     show_bar = sys.stderr.isatty() and total > check_mod.CHUNK
     with click.progressbar(length=total, label="checking tasks", file=sys.stderr, hidden=not show_bar) as bar:
         problems = check_mod.check(engine, progress=lambda queue, n: bar.update(n))

@@ -25,7 +25,7 @@ from .connect import connect_async
 from .engine import Engine
 from .plans import Plan
 from .scripts import AsyncScripts
-from .steps import Blocking, Command, Events, ReadTasks, async_call
+from .steps import Blocking, Command, Commands, Events, ReadTasks, async_call
 
 
 class AsyncEngine:
@@ -108,6 +108,8 @@ class AsyncEngine:
             return await self.scripts.run(step)
         if isinstance(step, Command):
             return await getattr(self.redis, step.name)(*step.args, **step.kwargs)
+        if isinstance(step, Commands):
+            return await step.queued(self.redis.pipeline(transaction=False)).execute()
         if isinstance(step, ReadTasks):
             return await self.scripts.read(*step)
         if isinstance(step, Events):

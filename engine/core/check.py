@@ -6,6 +6,7 @@ used on a hot path.
 
 from __future__ import annotations
 
+from . import index
 from .states import DEADLINE_SET, TERMINAL, State
 from .stats import state_counts
 from .text import text, text_or_none
@@ -29,13 +30,14 @@ def check(engine, progress=None) -> list[str]:
 
 def _check_queue(engine, queue: str, progress=None) -> list[str]:
     r, k = engine.redis, engine.keys
-    problems: list[str] = []
     members = {
         name: {text(m): s for m, s in r.zrange(k.queue_key(queue, name), 0, -1, withscores=True)}
         for name in SETS + (LINE, START_BY, *WAIT_LINES)
     }
     ended = _ended_line(r, k.queue_key(queue, "ended"))
-    ids = [text(m) for m in r.zrange(k.queue_key(queue, "index"), 0, -1)]
+    listed_at, problems = index.scan(r, k.queue_index(queue))
+    ids = list(listed_at)
+    owner_indexes: dict[str, dict[str, float]] = {}  # owner -> its index's tasks, read once
     scanned = {s.value: 0 for s in State}
     unfinished: dict[str, int] = {}  # what the owners hash must hold: 'n:<owner>' and 'b:<owner>'
     seen = set()
@@ -55,23 +57,30 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 "waiting_on",
                 "expires_at",
                 "state_since",
+                "created_at",
             )
         rows = pipe.execute()
         pipe = r.pipeline(transaction=False)
-        for tid, row in zip(chunk, rows):
+        for tid in chunk:
             tk = k.task(tid)
-            pipe.zscore(k.owner_index(queue, text(row[6])), tid).lindex(tk.body, 0).strlen(tk.args)
+            pipe.lindex(tk.body, 0).strlen(tk.args)
         replies = pipe.execute()
-        for tid, row, listed, args, legacy_bytes in zip(chunk, rows, replies[::3], replies[1::3], replies[2::3]):
+        for tid, row, args, legacy_bytes in zip(chunk, rows, replies[::2], replies[1::2]):
             seen.add(tid)
             args_bytes = legacy_bytes if args is None else len(args)  # a task from before the body: its args key
-            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting, expires, since = (
+            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting, expires, since, created = (
                 text_or_none(x) for x in row
             )
+            if created is not None and listed_at[tid] != float(created):
+                problems.append(f"{tid}: created at {created} but listed at {listed_at[tid]:.0f} in the queue's index")
+            if owner is not None and owner not in owner_indexes:
+                owner_indexes[owner], wrong = index.scan(r, k.owner_index(queue, owner))
+                problems += wrong
+            listed = owner is not None and tid in owner_indexes[owner]
             if status is not None and State(status) not in TERMINAL:
                 unfinished[f"n:{owner}"] = unfinished.get(f"n:{owner}", 0) + 1
                 unfinished[f"b:{owner}"] = unfinished.get(f"b:{owner}", 0) + args_bytes
-            if listed is None and status is not None:
+            if not listed and status is not None:
                 problems.append(f"{tid}: missing from its owner's ({owner}) task index")
             if status is None:
                 problems.append(f"{tid}: in the index but its hash is gone")

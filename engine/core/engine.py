@@ -42,7 +42,7 @@ from .reads import Reads
 from .registry import Breaker, Registry, TaskType, as_backoff
 from .scripts import Scripts
 from .server import check_server
-from .steps import Blocking, Command, Events, ReadTasks, sync_call
+from .steps import Blocking, Command, Commands, Events, ReadTasks, sync_call
 from .text import text, text_or_none
 from .users import Users
 from .validate import json_text as _json_text, text as _text
@@ -168,6 +168,8 @@ class Engine(ClaimCalls, LeaseCalls, Management, Reads):
             return self.scripts.run(step)
         if isinstance(step, Command):
             return getattr(self.redis, step.name)(*step.args, **step.kwargs)
+        if isinstance(step, Commands):
+            return step.queued(self.redis.pipeline(transaction=False)).execute()
         if isinstance(step, ReadTasks):
             return self.scripts.read(*step)
         if isinstance(step, Events):

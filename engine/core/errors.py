@@ -30,7 +30,8 @@ class Code(enum.IntEnum):
     ATTEMPT_ENDED = -11  # heartbeat: the attempt of this token has already reported its outcome
     RATE_LIMITED = -12  # claim: the upstream's rate limit has no start left in its window: park the task
     EXPIRED = -13  # claim: the task was not started before its expiry: the claim cancelled it instead
-    MOVED = 3  # claim: the head of the ready line comes first: claim again with its keys
+    MOVED = 3  # claim: the head of the ready line comes first: claim again with its keys; purge: a
+    # submit moved an index head into a page since the sweeper found its pages: route again
 
 
 #: Redis failing for its own reasons (unreachable, hung, restarting, loading, full under noeviction,

@@ -103,6 +103,14 @@ def _owner_digest(owner: str) -> str:
 BODY_HISTORY = 2
 
 
+#: How many tasks an index's head holds before a submit moves them into a page of their own: Redis
+#: keeps a zset of at most 128 members (zset-max-listpack-entries) as one listpack, about 42 B a
+#: member, and a bigger one as a skiplist, about 129 B. Half of that: a ZADD walks the listpack, and
+#: a head of 64 made a lifecycle's server instructions 1.038 x of before pages against 1.056 x at
+#: 128, for 3 B more a task (lua/lib/index.lua, docs/performance.md).
+INDEX_PAGE = 64
+
+
 #: The keys of one task (the others in TaskKeys are its queue's): field -> suffix after
 #: ``<queue prefix>:task:<id>``. The one table both Keys.task and Lua's keys_of (engine/core/lua_source.py) build from.
 TASK_OWN_KEYS = {
@@ -115,6 +123,31 @@ TASK_OWN_KEYS = {
     "children": ":children",
     "notifications": ":notifications",
 }
+
+
+def index_pages(index: str) -> str:
+    """Zset: the older pages of a task index (``index`` is its head), page name -> bound: each
+    page holds the index's tasks created before its bound and at or after the next older page's
+    (lua/lib/index.lua)."""
+    return f"{index}:pages"
+
+
+def index_page(index: str, name: str) -> str:
+    """Zset: one page of a task index, named after the task whose submit made it."""
+    return f"{index}:p:{name}"
+
+
+class IndexKeys(NamedTuple):
+    """A task index as a submit passes it: its head, its pages, and the page the submit moves a
+    full head into (named after the new task)."""
+
+    head: str
+    pages: str
+    page: str
+
+    @classmethod
+    def of(cls, index: str, task_id: str) -> IndexKeys:
+        return cls(index, index_pages(index), index_page(index, task_id))
 
 
 class TaskKeys(NamedTuple):
@@ -137,7 +170,9 @@ class TaskKeys(NamedTuple):
     leases: str  # zset: PROCESSING tasks, scored by min(lease, stage, attempt deadline)
     retries: str  # zset: RETRY_WAITING tasks, scored by next_retry_at
     expiry: str  # zset: terminal tasks that ended before the ended line, scored by when the sweeper deletes them
-    index: str  # type: ignore[assignment]  # zset: every task of the queue, by creation time (shadows tuple.index)
+    index: str  # type: ignore[assignment]  # zset: the head of the queue's task index (lib/index.lua; shadows tuple.index)
+    index_pages: str  # zset: the older pages of the queue's task index, by the bound they lie below
+    index_page: str  # zset: the page this task's submit moves the queue index's full head into
     ready: str  # zset: QUEUED tasks in the order workers take them (priority, then dispatch order)
     watch: str  # zset: unfinished tasks with a due time, scored by when to record overdue/escalated
     children: str  # set: ids of the tasks waiting on this one (submit's depends_on)
@@ -188,6 +223,8 @@ class Keys:
             retries=f"{q}:retries",
             expiry=f"{q}:expiry",
             index=f"{q}:index",
+            index_pages=index_pages(f"{q}:index"),
+            index_page=index_page(f"{q}:index", task_id),
             ready=f"{q}:ready",
             watch=f"{q}:watch",
             waiting=f"{q}:waiting",
@@ -205,8 +242,17 @@ class Keys:
         return self.queue_key(queue, f"idem:{digest}")
 
     def owner_index(self, queue: str, owner: str) -> str:
-        """Zset: one owner's tasks in a queue, scored by creation time (ms)."""
+        """Zset: the head of one owner's task index in a queue, scored by creation time (ms);
+        its older pages are ``index_pages`` of it (lua/lib/index.lua)."""
         return self.queue_key(queue, f"owner:{_owner_digest(owner)}")
+
+    def owner_index_keys(self, queue: str, owner: str, task_id: str) -> IndexKeys:
+        """An owner's task index as the submit of task ``task_id`` passes it."""
+        return IndexKeys.of(self.owner_index(queue, owner), task_id)
+
+    def queue_index(self, queue: str) -> str:
+        """Zset: the head of a queue's task index (every task of the queue), by creation time (ms)."""
+        return self.queue_key(queue, "index")
 
     def submit_rate(self, queue: str, owner: str) -> str:
         """String: one owner's submit-rate state in a queue (the time its quota's bucket is empty

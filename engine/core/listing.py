@@ -1,13 +1,14 @@
 """Listing tasks newest first, per owner (or all, for admins), with filters and a cursor.
 
-Each queue keeps an index zset per owner (and one of all tasks) scored by
-creation time; a listing merges the queues' indexes newest first. The cursor is
+Each queue keeps an index per owner (and one of all tasks) scored by creation time, in pages
+(engine/core/index.py); a listing merges the queues' indexes newest first. The cursor is
 the position of the last task returned: ``<created ms>.<task id>``.
 """
 
 from __future__ import annotations
 
 from . import task_calls
+from .index import newest_first, rows as index_rows
 from .models import Task
 from .steps import Call, Command
 from .text import text
@@ -24,10 +25,9 @@ def decode_cursor(cursor: str | None) -> tuple[int, str] | None:
     return int(ms), task_id
 
 
-def _order(row: tuple[int, str]) -> tuple[int, tuple[int, ...]]:
-    """Newest first; ties in the order ZREVRANGEBYSCORE returns them (by id, descending), so the
-    rows of a millisecond that a scan cut short sort after the scan's last row, not before it."""
-    return -row[0], tuple(-b for b in row[1].encode())
+# Newest first; ties in the order ZREVRANGEBYSCORE returns them (by id, descending), so the rows of a
+# millisecond that a scan cut short sort after the scan's last row, not before it.
+_order = newest_first
 
 
 def queues(engine) -> Call[list[str]]:
@@ -55,18 +55,14 @@ def list_tasks(
     position = decode_cursor(cursor)
     known = yield from queues(engine)
     listed = [queue] if queue in known else ([] if queue else known)
-    indexes = [
-        engine.keys.owner_index(q, owner) if owner is not None else engine.keys.queue_key(q, "index") for q in listed
-    ]
+    indexes = [engine.keys.owner_index(q, owner) if owner is not None else engine.keys.queue_index(q) for q in listed]
     out: list[Task] = []
     while indexes:
         rows, frontiers = [], []
         for index in indexes:
             top, offset = (position[0] if position else "+inf"), 0
             while True:
-                scan = {"start": offset, "num": SCAN, "withscores": True}
-                page = yield Command("zrevrangebyscore", (index, top, "-inf"), scan)
-                got = [(int(s), text(m)) for m, s in page]
+                got = yield from index_rows(index, top, offset, SCAN)
                 fresh = [r for r in got if position is None or _order(r) > _order(position)]
                 if fresh or len(got) < SCAN:
                     break

@@ -18,7 +18,7 @@ from pathlib import Path
 from . import priority
 from .config import DURATION_BUCKETS, WAKE_WITHIN, ms
 from .errors import Code
-from .keys import BODY_HISTORY, TASK_OWN_KEYS, TaskKeys
+from .keys import BODY_HISTORY, INDEX_PAGE, TASK_OWN_KEYS, TaskKeys
 from .models import HISTORY_LAYOUT, HISTORY_NAMES, IMPLIED, OF_CLAIM
 from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 
@@ -26,6 +26,7 @@ from .states import DEADLINE_SET, TERMINAL, TRANSITIONS
 LUA_DIR = Path(str(resources.files("ghostless.lua")))
 LIBS = (
     "time",
+    "index",
     "task",
     "record",
     "lease",
@@ -97,6 +98,7 @@ local PRIORITY_SPAN = {priority.SPAN}
 local WAKE_WITHIN_MS = {int(WAKE_WITHIN * 1000)}
 local BUCKETS_MS = {{{", ".join(str(ms(b)) for b in DURATION_BUCKETS)}}}  -- config.py DURATION_BUCKETS
 local BODY_HISTORY = {BODY_HISTORY}  -- keys.py: a task body's first history entry
+local INDEX_PAGE = {INDEX_PAGE}  -- keys.py: the tasks an index's head holds before it moves into a page
 local T = {n}  -- the task's keys this script touches (lua_source.py task_keys_of); extra keys follow: KEYS[T + 1], ...
 local NOT_PASSED = {{__index = function(_, field)  -- a key outside task_keys_of: a bug, never a silent nil
   error('task key ' .. tostring(field) .. ' is not passed to this script (engine/core/lua_source.py task_keys_of)')
@@ -149,7 +151,7 @@ def source(name: str) -> str:
 READ_ONLY = frozenset({"read", "due", "user"})
 #: Top-level locals of lua/lib that a call changes, with the value each call starts from: a function
 #: library keeps its locals from one call to the next, where EVAL built them afresh.
-CALL_STATE = {"RESOLVE_DUE": "false", "NOW_MS": "nil", "NOW_TEXT": "nil"}
+CALL_STATE = {"RESOLVE_DUE": "false", "NOW_MS": "nil", "NOW_TEXT": "nil", "CLOCK_BEHIND": "false"}
 
 
 @cache

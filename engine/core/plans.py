@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .errors import Code, IdempotencyConflict, UnknownParent
-from .keys import TaskKeys, parse_task_id
+from .keys import IndexKeys, TaskKeys, parse_task_id
 from .lua_source import call_keys
 from .replies import quota_exceeded, refuse
 
@@ -76,7 +76,7 @@ def _refusing(verb: str, task_id: str) -> Callable[[list], list]:
 
 def submit(
     keys: TaskKeys,
-    owner_index: str,
+    owner_index: IndexKeys,
     args: SubmitArgs,
     parents: Sequence[TaskKeys] = (),
     rate_key: str | None = None,
@@ -95,7 +95,7 @@ def submit(
         return reply
 
     extra = [*pairs(parents), *([rate_key] if rate_key else []), *([idem_key] if idem_key else [])]
-    return Plan("submit", call_keys("submit", keys, [owner_index, *extra]), args.argv(), check)
+    return Plan("submit", call_keys("submit", keys, [*owner_index, *extra]), args.argv(), check)
 
 
 # -- management: owner-checked inside the script --------------------------------------------------
@@ -107,7 +107,7 @@ def edit(
     keys: TaskKeys,
     task_id: str,
     new_keys: TaskKeys,
-    owner_index: str,
+    owner_index: IndexKeys,
     by: str,
     admin: bool,
     new_id: str,
@@ -118,7 +118,7 @@ def edit(
     """``rate_key`` goes with a quota (``quota`` not '')."""
     return Plan(
         "edit",
-        [*call_keys("edit", keys), *call_keys("edit", new_keys, [owner_index, *([rate_key] if rate_key else [])])],
+        [*call_keys("edit", keys), *call_keys("edit", new_keys, [*owner_index, *([rate_key] if rate_key else [])])],
         [by, flag(admin), new_id, args_json, quota],
         _refusing("edit", task_id),
     )

@@ -28,6 +28,7 @@ from .errors import (
     refusing_full,
 )
 from .functions import LUA, AsyncLuaCall, LuaCall, ensure_loaded, prune_libraries
+from .index import Route
 from .keys import TaskKeys
 from .lua_source import SCRIPTS, call_keys, task_keys_of
 from .models import Lease
@@ -272,12 +273,20 @@ class Scripts(_Runner):
         return self._call("lapse", keys, [task_id], client=client)
 
     def purge(
-        self, keys: TaskKeys, task_id: str, owner_index: str | None, entry: str | None = None, client=None
+        self,
+        keys: TaskKeys,
+        task_id: str,
+        queue_page: Route,
+        owner_page: Route | None,
+        entry: str | None = None,
+        client=None,
     ) -> list | None:
         """Delete a terminal task past retention: ``entry`` is its entry of the ended line (None: a task
-        of the expiry set, from before the line)."""
-        argv = [task_id] + ([entry] if entry is not None else [])
-        return self._call("purge", keys, argv, client=client, extra=[owner_index] if owner_index else ())
+        of the expiry set, from before the line). ``queue_page`` and ``owner_page``: where its entries
+        of its queue's index and its owner's are (engine/core/index.py route; None: no owner)."""
+        argv = [task_id, entry or "", queue_page.name, owner_page.name if owner_page else ""]
+        extra = [queue_page.key, *((owner_page.pages, owner_page.key) if owner_page else ())]
+        return self._call("purge", keys, argv, client=client, extra=extra)
 
     def overdue(self, keys: TaskKeys, task_id: str, client=None) -> list | None:
         """Record ``overdue`` (or ``escalated``) once when due: {OK, event name}."""

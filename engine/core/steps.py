@@ -6,6 +6,8 @@ The steps:
 
 - a ``Plan`` (engine/core/plans.py): one script call; answered with its checked reply.
 - ``Command(name, args, kwargs)``: one Redis command, by its client method's name.
+- ``Commands(commands)``: several, sent in one pipeline (not a transaction: other clients' commands
+  may come between them, never reorder them); answered with their replies, in order.
 - ``ReadTasks(task_keys, owner, full)``: the read script per queue (``Scripts.read``).
 - ``Events(key, queue, task_id, position, block_ms)``: block up to ``block_ms`` for the queue
   stream's events after ``position``; answered with (new position, whether the task's terminal
@@ -36,6 +38,16 @@ class Command(NamedTuple):
     name: str
     args: tuple = ()
     kwargs: dict = {}  # noqa: RUF012 - never mutated: keyword arguments of one command
+
+
+class Commands(NamedTuple):
+    commands: tuple[Command, ...]
+
+    def queued(self, pipe: Any) -> Any:
+        """``pipe`` (a redis-py pipeline, sync or async) with these commands queued on it."""
+        for c in self.commands:
+            getattr(pipe, c.name)(*c.args, **c.kwargs)
+        return pipe
 
 
 class ReadTasks(NamedTuple):

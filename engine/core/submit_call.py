@@ -85,7 +85,7 @@ def submit(
     digest = hashlib.sha256(f"{tt.name}\0{args_json}".encode()).hexdigest()[:32]
     reply = yield plans.submit(
         engine.keys.task(task_id),
-        engine.keys.owner_index(tt.queue, owner),
+        engine.keys.owner_index_keys(tt.queue, owner, task_id),
         SubmitArgs(
             task_id=task_id,
             type_name=tt.name,

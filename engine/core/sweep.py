@@ -16,11 +16,13 @@ from ghostless.core import dependencies as deps, notify, sweepers
 
 from .clock import retry_delay
 from .errors import Code, GhostlessError, UnknownTaskType
+from .index import route_command, route_of
 from .logs import for_task
 from .replies import RESOLVE_MARK
 from .states import State
 from .text import text, text_or_none
 
+PURGE_ROUTES = 3  # reads of a task's index pages per sweep, each after a submit moved a head (MOVED)
 log = logging.getLogger("ghostless.sweeper")
 
 
@@ -170,20 +172,42 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
 
 
 def _purge(engine, queue: str, due: list[str], with_entries: bool = False) -> int:
-    """Delete terminal tasks past retention (their owner's index entry too): ``due`` are ids of the
+    """Delete terminal tasks past retention (their index entries too): ``due`` are ids of the
     expiry set or, ``with_entries``, entries of the ended line ('<id> <ended ms>[ <kept until>]')."""
     if not due:
         return 0
     task_ids = [e.split(" ", 1)[0] for e in due] if with_entries else due
     pipe = engine.redis.pipeline(transaction=False)
     for tid in task_ids:
-        pipe.hget(engine.keys.task(tid).task, "owner")
-    owners = [text_or_none(o) for o in pipe.execute()]
-    pipe = engine.scripts.pipeline()
-    for tid, owner, item in zip(task_ids, owners, due):
-        index = engine.keys.owner_index(queue, owner) if owner else None
-        engine.scripts.purge(engine.keys.task(tid), tid, index, item if with_entries else None, client=pipe)
-    return sum(r[0] == Code.OK for r in engine.scripts.replies(pipe))
+        pipe.hmget(engine.keys.task(tid).task, "owner", "created_at")
+    todo = [
+        (tid, text_or_none(owner), text_or_none(created), item)
+        for tid, (owner, created), item in zip(task_ids, pipe.execute(), due)
+    ]
+    purged = 0
+    for _ in range(PURGE_ROUTES):  # MOVED: a submit moved a head into a page since the route was read
+        pipe = engine.redis.pipeline(transaction=False)
+        for _, owner, created, _ in todo:
+            for index in _indexes(engine, queue, owner):
+                args, kwargs = route_command(index, created or "0")
+                pipe.zrangebyscore(*args, **kwargs)
+        found = iter(pipe.execute())
+        pipe = engine.scripts.pipeline()
+        for tid, owner, _, item in todo:
+            q_page, *o_page = (route_of(index, next(found)) for index in _indexes(engine, queue, owner))
+            entry = item if with_entries else None
+            engine.scripts.purge(engine.keys.task(tid), tid, q_page, o_page[0] if o_page else None, entry, client=pipe)
+        replies = engine.scripts.replies(pipe)
+        purged += sum(r[0] == Code.OK for r in replies)
+        todo = [row for row, r in zip(todo, replies) if r[0] == Code.MOVED]
+        if not todo:
+            break
+    return purged
+
+
+def _indexes(engine, queue: str, owner: str | None) -> list[str]:
+    """The task indexes a task of ``owner`` is in: its queue's, then its owner's (none without one)."""
+    return [engine.keys.queue_index(queue), *([engine.keys.owner_index(queue, owner)] if owner else [])]
 
 
 def _redispatch(engine, queue: str, task_ids: list[str], report: SweepReport, compare: bool = True) -> None:

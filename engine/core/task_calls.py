@@ -105,7 +105,7 @@ def edit(
         old_keys,
         task_id,
         engine.keys.task(new_id),
-        engine.keys.owner_index(queue, owner),
+        engine.keys.owner_index_keys(queue, owner, new_id),
         by,
         admin,
         new_id,

@@ -87,6 +87,11 @@ end
 -- fields. A stream entry has five fields, the same five for every event (engine/core/streams.py
 -- stream_event): Redis then stores an entry as its values alone, and the readers' filters (task,
 -- owner) need no parsing.
+-- Whether this call's time is before the queue stream's last entry (a clock that went back after a
+-- failover; always on Redis 6.2, which takes no '<ms>-*'): every time a queue records, a task's
+-- creation time included, is at most the stream's last id, so until then none is after now.
+local CLOCK_BEHIND = false
+
 local function emit(K, t, kind, now, ev, hist)
   local parts, n = history_parts(kind, now, ev)
   local at = parts[1]
@@ -97,7 +102,10 @@ local function emit(K, t, kind, now, ev, hist)
   parts[1] = ''
   local stamped = stream_add(redis.pcall, K, t, at .. '-*', history_line(parts, n))
   parts[1] = at
-  if type(stamped) == 'table' then stream_add(redis.call, K, t, '*', history_line(parts, n)) end
+  if type(stamped) == 'table' then
+    CLOCK_BEHIND = true
+    stream_add(redis.call, K, t, '*', history_line(parts, n))
+  end
   if hist then
     local what = kind == 'transition' and ev.verb or kind
     local created = tonumber(t.created_at)
@@ -312,18 +320,16 @@ local function watch_time(t)
   return nil
 end
 
--- Creates a task hash in PENDING, listed in its queue's index and its owner's. `f` holds the
--- type's settings; the caller has already checked that the id is free. A task with
+-- Creates a task hash in PENDING, listed in its queue's index and its owner's (O: lib/index's I).
+-- `f` holds the type's settings; the caller has already checked that the id is free. A task with
 -- `f.waiting_on == '1'` goes to the waiting set at `due`, others to the dispatch set.
-local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
+local function create(K, O, f, args_json, now, delay_ms, ev, due)
   local t = {}
   f.attempt = 0
   f.token = 0
   f.progress = 0
   f.created_at = now
   body_new(K, args_json)
-  redis.call('ZADD', K.index, numtext(now), f.id)
-  redis.call('ZADD', owner_index, numtext(now), f.id)
   local first = watch_time(f)
   if first then redis.call('ZADD', K.watch, first, f.id) end
   local expires_at = tonumber(f.expires_at) or 0
@@ -340,5 +346,14 @@ local function create(K, owner_index, f, args_json, now, delay_ms, ev, due)
     if delay_ms == 0 then due = now + CFG.dispatch_grace_ms end
   end
   change(K, t, 'submit', 'PENDING', now, due, f, ev)
+  -- Listed at its creation time: now, unless the clock is behind the queue's (its submit event
+  -- could not be stamped now), then not before either index's newest (lib/index index_time).
+  local Q, at = {head = K.index, pages = K.index_pages, page = K.index_page}, now
+  if CLOCK_BEHIND then
+    at = index_time(O, index_time(Q, now))
+    if at ~= now then redis.call('HSET', K.task, 'created_at', at) end
+  end
+  index_add(Q, numtext(at), t.id, t.id)
+  index_add(O, numtext(at), t.id, t.id)
   return t
 end

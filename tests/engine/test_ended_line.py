@@ -5,6 +5,7 @@ due.lua); tasks that ended before the line are purged from the expiry set as bef
 import pytest
 
 from ghostless import Config, State
+from ghostless.core import index
 from ghostless.core.errors import Code
 from tests.support.snapshots import GHOST, claimed, ended_entries, in_state, purge_due_ms, raw_task, sibling, snapshot
 from tests.support.wait import wait_for_server_time
@@ -108,7 +109,7 @@ def test_a_task_that_ends_twice_is_purged_by_its_second_ending_only(engine):
     first, second = ended_entries(quick, task.id)
     assert second == f"{task.id} {raw_task(quick, task.id)['state_since']}"
     k = quick.keys.task(task.id)
-    assert quick.scripts.purge(k, task.id, None, first) == [Code.NOT_FOUND]  # stale: dropped
+    assert quick.scripts.purge(k, task.id, index.head(k.index), None, first) == [Code.NOT_FOUND]  # stale: dropped
     assert quick.get(task.id).status == State.FAILED and ended_entries(quick, task.id) == [second]
     assert sweep_when_due(quick, task.id).purged == 1 and quick.get(task.id) is None
     assert quick.check() == []
@@ -142,7 +143,7 @@ def test_a_batch_of_due_entries_is_purged_batch_after_batch_in_one_sweep(engine)
 def test_an_entry_of_a_task_already_gone_is_dropped(engine):
     k = engine.keys.task(GHOST)
     engine.redis.rpush(k.ended, f"{GHOST} 0")
-    assert engine.scripts.purge(k, GHOST, None, f"{GHOST} 0") == [Code.NOT_FOUND]
+    assert engine.scripts.purge(k, GHOST, index.head(k.index), None, f"{GHOST} 0") == [Code.NOT_FOUND]
     assert engine.redis.llen(k.ended) == 0
 
 

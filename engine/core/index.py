@@ -1,0 +1,126 @@
+"""Task indexes read across their pages (lua/lib/index.lua writes them).
+
+A queue's index and each owner's are a head zset (the key ``Keys.queue_index`` or
+``Keys.owner_index`` names), a directory of older pages (page name -> bound) and the pages, each
+holding the tasks created before its bound and at or after the next older page's. The pages and the
+head never overlap, so the index read newest first is the head, then each page in turn.
+
+``rows`` is ZREVRANGEBYSCORE over the whole index; ``route_command`` finds the page of a creation
+time (the sweeper's purge); ``count`` and ``scan`` read every page (``check``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .keys import INDEX_PAGE, index_page, index_pages
+from .steps import Call, Command, Commands
+from .text import text
+
+DIRECTORY_READ = 16  # page names read from a directory per step
+
+
+class Route(NamedTuple):
+    """Where an index holds the tasks of one creation time: ``key`` (the head or a page), its page
+    ``name`` ('' for the head), and the index's directory ``pages``."""
+
+    key: str
+    name: str
+    pages: str
+
+
+def route_command(index: str, created: str) -> tuple:
+    """The ZRANGEBYSCORE (args, kwargs) that finds the page of a creation time (lib/index.lua
+    index_route): the oldest page whose bound is above it."""
+    return (index_pages(index), f"({created}", "+inf"), {"start": 0, "num": 1}
+
+
+def head(index: str) -> Route:
+    """The Route of a time at or after an index's newest bound: its head."""
+    return Route(index, "", index_pages(index))
+
+
+def route_of(index: str, reply) -> Route:
+    """The Route of ``route_command``'s reply."""
+    name = text(reply[0]) if reply else ""
+    return Route(index_page(index, name), name, index_pages(index)) if name else head(index)
+
+
+def rows(index: str, top: str | int, offset: int, num: int) -> Call[list[tuple[int, str]]]:
+    """(score, id) of ``ZREVRANGEBYSCORE index top -inf LIMIT offset num`` over the head and pages.
+
+    One pipeline reads the head, then the directory: a submit that moves the head into a page in
+    between leaves its tasks in both reads (kept once), never in neither. A second reads the pages
+    that may hold what the head lacks (more rounds only where purges left pages thin).
+    """
+    want = offset + num
+    pages = index_pages(index)
+    chunk = want // INDEX_PAGE + 2  # pages read per round: enough for ``want`` rows from full pages
+    head, newer, older = yield Commands(
+        (
+            _read(index, top, want),
+            Command("zrangebyscore", (pages, f"({top}", "+inf"), {"start": 0, "num": 1}),
+            Command("zrevrangebyscore", (pages, top, "-inf"), {"start": 0, "num": chunk}),
+        )
+    )
+    found = _rows({}, head)
+    names, start = [text(n) for n in (*newer, *older)], chunk
+    while len(found) < want and names:
+        read = yield Commands(tuple(_read(index_page(index, n), top, want - len(found)) for n in names))
+        for page in read:
+            _rows(found, page)
+        if len(found) >= want or len(older) < chunk:
+            break
+        older = yield Command("zrevrangebyscore", (pages, top, "-inf"), {"start": start, "num": chunk})
+        names, start = [text(n) for n in older], start + chunk
+    return sorted(((s, m) for m, s in found.items()), key=newest_first)[offset:want]
+
+
+def _read(key: str, top: str | int, num: int) -> Command:
+    return Command("zrevrangebyscore", (key, top, "-inf"), {"start": 0, "num": num, "withscores": True})
+
+
+def _rows(found: dict[str, int], reply) -> dict[str, int]:
+    """``found`` (id -> score) with a ``_read`` reply's rows added."""
+    found.update((text(m), int(s)) for m, s in reply)
+    return found
+
+
+def newest_first(row: tuple[int, str]) -> tuple[int, tuple[int, ...]]:
+    """Sort key of (score, id) rows, newest first; ties in the order ZREVRANGEBYSCORE returns them
+    (by id, descending)."""
+    return -row[0], tuple(-b for b in row[1].encode())
+
+
+def keys_of(client, index: str) -> list[str]:
+    """Every key of an index: its head and its pages, newest first (one read of the directory)."""
+    names = client.zrevrange(index_pages(index), 0, -1)
+    return [index, *(index_page(index, text(n)) for n in names)]
+
+
+def count(client, index: str) -> int:
+    """The tasks an index lists (a read of its directory, then one ZCARD per page, pipelined)."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys_of(client, index):
+        pipe.zcard(key)
+    return sum(pipe.execute())
+
+
+def scan(client, index: str) -> tuple[dict[str, float], list[str]]:
+    """Every task of an index (id -> score), and what is wrong with its pages: a task outside its
+    page's bounds (index_route would not find it), a page named in the directory but empty."""
+    bounds = [(text(n), b) for n, b in client.zrange(index_pages(index), 0, -1, withscores=True)]
+    found: dict[str, float] = {}
+    problems: list[str] = []
+    low = float("-inf")
+    for name, high in [*bounds, ("", float("inf"))]:
+        key = index_page(index, name) if name else index
+        rows = [(text(m), s) for m, s in client.zrange(key, 0, -1, withscores=True)]
+        if name and not rows:
+            problems.append(f"{index}: page {name} is in the directory but empty")
+        for tid, score in rows:
+            found[tid] = score
+            if not low <= score < high:
+                problems.append(f"{tid}: in page {name or '(head)'} of {index}, outside its bounds [{low}, {high})")
+        low = high
+    return found, problems

@@ -1,0 +1,152 @@
+"""Task indexes in pages (lua/lib/index.lua, engine/core/index.py): a queue's index and an owner's
+move their full head into a page of at most INDEX_PAGE tasks, and every reader sees every task."""
+
+import pytest
+
+from ghostless import Config, State
+from ghostless.core import index
+from ghostless.core.errors import Code
+from ghostless.core.keys import INDEX_PAGE, index_page, index_pages
+from tests.support.snapshots import ended_entries, purge_due_ms, raw_task, sibling
+from tests.support.wait import wait_for_server_time
+
+N = 2 * INDEX_PAGE + 44  # two pages and a head
+
+
+def submit_many(engine, n, owner="alice"):
+    return [engine.submit("render", {"i": i}, owner=owner).id for i in range(n)]
+
+
+def pages(engine, index_key):
+    return [
+        (n.decode() if isinstance(n, bytes) else n, s)
+        for n, s in engine.redis.zrange(index_pages(index_key), 0, -1, withscores=True)
+    ]
+
+
+def listed(engine, owner, limit):
+    seen, cursor = [], None
+    while True:
+        page, cursor = engine.list_tasks(owner=owner, limit=limit, cursor=cursor)
+        seen += [t.id for t in page]
+        if cursor is None:
+            return seen
+
+
+def newest_first(engine, ids):
+    created = {i: raw_task(engine, i)["created_at"] for i in ids}
+    return sorted(ids, key=lambda i: (-int(created[i]), tuple(-b for b in i.encode())))
+
+
+@pytest.fixture
+def many(engine):
+    return submit_many(engine, N)
+
+
+def test_a_full_head_moves_into_pages_of_at_most_a_page_of_tasks_each(engine, many):
+    for head in (engine.keys.queue_index("images"), engine.keys.owner_index("images", "alice")):
+        named = pages(engine, head)
+        assert len(named) == 2, named
+        sizes = [engine.redis.zcard(index_page(head, n)) for n, _ in named]
+        assert all(0 < s <= INDEX_PAGE for s in sizes) and sum(sizes) + engine.redis.zcard(head) == N
+        assert index.count(engine.redis, head) == N
+        if not type(engine.redis).__module__.startswith("fakeredis"):  # fakeredis keeps no encodings
+            for key in [head, *(index_page(head, n) for n, _ in named)]:
+                assert engine.redis.object("encoding", key) in (b"listpack", b"ziplist"), key
+    assert engine.check() == []
+
+
+@pytest.mark.parametrize("owner", ["alice", None])  # the owner's index, and the queue's (admins)
+def test_every_task_is_listed_once_newest_first_across_pages(engine, many, owner):
+    other = submit_many(engine, 3, owner="bob")
+    expected = newest_first(engine, many + (other if owner is None else []))
+    for limit in (50, 7, 500):
+        assert listed(engine, owner, limit) == expected, limit
+
+
+def test_purged_tasks_leave_their_pages_and_empty_pages_leave_the_directory(engine, many):
+    quick = sibling(engine, config=Config(retention=0.05, idempotency_ttl=0.05))
+    for tid in many:
+        quick.cancel(tid, by="alice")
+    wait_for_server_time(quick.redis, purge_due_ms(quick, many[-1]))
+    report = quick.sweep(batch=N)
+    assert report.purged == N
+    for head in (quick.keys.queue_index("images"), quick.keys.owner_index("images", "alice")):
+        assert index.count(quick.redis, head) == 0 and pages(quick, head) == []
+    assert quick.list_tasks(owner="alice") == ([], None) and quick.check() == []
+
+
+def test_a_purge_routed_before_a_head_moved_is_refused_as_moved_and_the_sweeper_routes_again(engine):
+    quick = sibling(engine, config=Config(retention=0.05, idempotency_ttl=0.05))
+    [first] = submit_many(quick, 1)
+    quick.cancel(first, by="alice")
+    k, head = quick.keys.task(first), quick.keys.queue_index("images")
+    stale = index.head(head), index.head(quick.keys.owner_index("images", "alice"))
+    submit_many(quick, INDEX_PAGE + 1)  # the head it was routed to moved into a page
+    wait_for_server_time(quick.redis, purge_due_ms(quick, first))
+    [entry] = ended_entries(quick, first)
+    assert quick.scripts.purge(k, first, *stale, entry) == [Code.MOVED]
+    assert quick.get(first).status == State.CANCELLED and quick.check() == []
+    assert quick.sweep().purged == 1 and quick.get(first) is None
+    assert quick.check() == []
+
+
+def test_a_task_created_while_the_clock_is_behind_its_index_takes_the_index_newest_time(engine):
+    [a] = submit_many(engine, 1)
+    ahead = int(raw_task(engine, a)["created_at"]) + 3_600_000  # as made on a primary an hour ahead
+    engine.redis.hset(engine.keys.task(a).task, "created_at", ahead)
+    for head in (engine.keys.queue_index("images"), engine.keys.owner_index("images", "alice")):
+        engine.redis.zadd(head, {a: ahead})
+    events = engine.keys.task(a).events
+    [(_, fields)] = engine.redis.xrevrange(events, count=1)
+    engine.redis.xadd(events, fields, id=f"{ahead}-0")  # its submit event, stamped by that primary's clock
+    [b] = submit_many(engine, 1)
+    assert int(raw_task(engine, b)["created_at"]) == ahead
+    assert engine.history(b)[0].at < ahead / 1000  # its submit is recorded at the server's time
+    assert listed(engine, "alice", 50) == newest_first(engine, [a, b]) and engine.check() == []
+
+
+def test_a_head_of_one_millisecond_grows_past_a_page_rather_than_split_it(engine):
+    ids = submit_many(engine, INDEX_PAGE)
+    same = int(raw_task(engine, ids[-1])["created_at"]) + 3_600_000
+    for head in (engine.keys.queue_index("images"), engine.keys.owner_index("images", "alice")):
+        engine.redis.zadd(head, dict.fromkeys(ids, same))
+    for tid in ids:
+        engine.redis.hset(engine.keys.task(tid).task, "created_at", same)
+    events = engine.keys.task(ids[-1]).events
+    [(_, fields)] = engine.redis.xrevrange(events, count=1)
+    engine.redis.xadd(events, fields, id=f"{same}-0")  # as a primary an hour ahead stamped it
+    [last] = submit_many(engine, 1)
+    assert engine.redis.zcard(engine.keys.queue_index("images")) == INDEX_PAGE + 1
+    assert pages(engine, engine.keys.queue_index("images")) == []
+    assert sorted(listed(engine, "alice", 50)) == sorted([*ids, last]) and engine.check() == []
+
+
+def test_an_index_from_before_pages_becomes_the_first_page_as_it_is(engine, many):
+    for head in (engine.keys.queue_index("images"), engine.keys.owner_index("images", "alice")):
+        for key in index.keys_of(engine.redis, head)[1:]:  # one zset of every task, as before pages
+            engine.redis.zunionstore(head, [head, key], aggregate="MAX")
+            engine.redis.delete(key)
+        engine.redis.delete(index_pages(head))
+        assert engine.redis.zcard(head) == N
+    assert listed(engine, None, 50) == newest_first(engine, many) and engine.check() == []
+    [new] = submit_many(engine, 1)
+    for head in (engine.keys.queue_index("images"), engine.keys.owner_index("images", "alice")):
+        [(name, _)] = pages(engine, head)
+        kept = engine.redis.zcard(head) - 1  # its newest millisecond's tasks stay in the head, with the new one
+        assert name == new and kept >= 1 and engine.redis.zcard(index_page(head, name)) == N - kept
+        assert index.count(engine.redis, head) == N + 1
+    assert listed(engine, "alice", 50) == newest_first(engine, [*many, new]) and engine.check() == []
+
+
+def test_check_finds_a_task_outside_its_page_and_an_empty_page_in_the_directory(engine, many):
+    head = engine.keys.queue_index("images")
+    (older, _), (newer, _) = pages(engine, head)
+    moved = engine.redis.zrange(index_page(head, older), 0, 0)[0]
+    moved = moved.decode() if isinstance(moved, bytes) else moved
+    engine.redis.zadd(index_page(head, newer), {moved: engine.redis.zscore(index_page(head, older), moved)})
+    engine.redis.zrem(index_page(head, older), moved)
+    engine.redis.zadd(index_pages(head), {"gone": 1})
+    problems = engine.check()
+    assert any(moved in p and "outside its bounds" in p for p in problems), problems
+    assert any("page gone is in the directory but empty" in p for p in problems), problems
