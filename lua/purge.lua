@@ -43,9 +43,9 @@ for _, kid in ipairs(redis.call('SMEMBERS', K.children)) do
   end
 end
 
-local owner_pages = KEYS[T + 2]
-if index_route(K.index_pages, t.created_at) ~= ARGV[7]
-    or (owner_pages and index_route(owner_pages, t.created_at) ~= ARGV[8]) then
+local owner_pages, listed_at = KEYS[T + 2], t.listed_at or t.created_at  -- lib/record create
+if index_route(K.index_pages, listed_at) ~= ARGV[7]
+    or (owner_pages and index_route(owner_pages, listed_at) ~= ARGV[8]) then
   return {C.MOVED}
 end
 

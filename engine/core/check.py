@@ -58,6 +58,7 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
                 "expires_at",
                 "state_since",
                 "created_at",
+                "listed_at",
             )
         rows = pipe.execute()
         pipe = r.pipeline(transaction=False)
@@ -68,19 +69,20 @@ def _check_queue(engine, queue: str, progress=None) -> list[str]:
         for tid, row, args, legacy_bytes in zip(chunk, rows, replies[::2], replies[1::2]):
             seen.add(tid)
             args_bytes = legacy_bytes if args is None else len(args)  # a task from before the body: its args key
-            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting, expires, since, created = (
+            status, lease_until, attempt_dl, stage_dl, token, attempt, owner, waiting, expires, since, *at = (
                 text_or_none(x) for x in row
             )
-            if created is not None and listed_at[tid] != float(created):
-                problems.append(f"{tid}: created at {created} but listed at {listed_at[tid]:.0f} in the queue's index")
+            when = at[1] or at[0]  # listed_at: where the clock was behind its indexes (lib/record create)
+            if when is not None and listed_at[tid] != float(when):
+                problems.append(f"{tid}: listed at {listed_at[tid]:.0f} in the queue's index, not at {when}")
             if owner is not None and owner not in owner_indexes:
                 owner_indexes[owner], wrong = index.scan(r, k.owner_index(queue, owner))
                 problems += wrong
-            listed = owner is not None and tid in owner_indexes[owner]
+            in_owners = owner is not None and tid in owner_indexes[owner]
             if status is not None and State(status) not in TERMINAL:
                 unfinished[f"n:{owner}"] = unfinished.get(f"n:{owner}", 0) + 1
                 unfinished[f"b:{owner}"] = unfinished.get(f"b:{owner}", 0) + args_bytes
-            if not listed and status is not None:
+            if not in_owners and status is not None:
                 problems.append(f"{tid}: missing from its owner's ({owner}) task index")
             if status is None:
                 problems.append(f"{tid}: in the index but its hash is gone")

@@ -60,20 +60,27 @@ def rows(index: str, top: str | int, offset: int, num: int) -> Call[list[tuple[i
         (
             _read(index, top, want),
             Command("zrangebyscore", (pages, f"({top}", "+inf"), {"start": 0, "num": 1}),
-            Command("zrevrangebyscore", (pages, top, "-inf"), {"start": 0, "num": chunk}),
+            _older(pages, top, chunk),
         )
     )
     found = _rows({}, head)
-    names, start = [text(n) for n in (*newer, *older)], chunk
+    names = [text(n) for n in newer] + [text(n) for n, _ in older]
     while len(found) < want and names:
         read = yield Commands(tuple(_read(index_page(index, n), top, want - len(found)) for n in names))
         for page in read:
             _rows(found, page)
         if len(found) >= want or len(older) < chunk:
             break
-        older = yield Command("zrevrangebyscore", (pages, top, "-inf"), {"start": start, "num": chunk})
-        names, start = [text(n) for n in older], start + chunk
+        # On from the last bound read, not by an offset: a purge may empty a page read already.
+        older = yield _older(pages, f"({older[-1][1]:.0f}", chunk)
+        names = [text(n) for n, _ in older]
     return sorted(((s, m) for m, s in found.items()), key=newest_first)[offset:want]
+
+
+def _older(pages: str, below: str | int, num: int) -> Command:
+    """The next ``num`` pages, newest first, whose bound is at or below ``below`` (bounds only grow
+    from one page to the next newer one: lib/index.lua index_roll)."""
+    return Command("zrevrangebyscore", (pages, below, "-inf"), {"start": 0, "num": num, "withscores": True})
 
 
 def _read(key: str, top: str | int, num: int) -> Command:

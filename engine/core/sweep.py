@@ -179,10 +179,10 @@ def _purge(engine, queue: str, due: list[str], with_entries: bool = False) -> in
     task_ids = [e.split(" ", 1)[0] for e in due] if with_entries else due
     pipe = engine.redis.pipeline(transaction=False)
     for tid in task_ids:
-        pipe.hmget(engine.keys.task(tid).task, "owner", "created_at")
-    todo = [
-        (tid, text_or_none(owner), text_or_none(created), item)
-        for tid, (owner, created), item in zip(task_ids, pipe.execute(), due)
+        pipe.hmget(engine.keys.task(tid).task, "owner", "created_at", "listed_at")
+    todo = [  # listed at its creation time, or where the clock was behind its indexes at its listed_at
+        (tid, text_or_none(owner), text_or_none(listed or created), item)
+        for tid, (owner, created, listed), item in zip(task_ids, pipe.execute(), due)
     ]
     purged = 0
     for _ in range(PURGE_ROUTES):  # MOVED: a submit moved a head into a page since the route was read

@@ -347,11 +347,12 @@ local function create(K, O, f, args_json, now, delay_ms, ev, due)
   end
   change(K, t, 'submit', 'PENDING', now, due, f, ev)
   -- Listed at its creation time: now, unless the clock is behind the queue's (its submit event
-  -- could not be stamped now), then not before either index's newest (lib/index index_time).
+  -- could not be stamped now), then not before either index's newest (lib/index index_time), a
+  -- time it keeps as listed_at (purge finds its pages by it; its history counts from created_at).
   local Q, at = {head = K.index, pages = K.index_pages, page = K.index_page}, now
   if CLOCK_BEHIND then
     at = index_time(O, index_time(Q, now))
-    if at ~= now then redis.call('HSET', K.task, 'created_at', at) end
+    if at ~= now then redis.call('HSET', K.task, 'listed_at', at) end
   end
   index_add(Q, numtext(at), t.id, t.id)
   index_add(O, numtext(at), t.id, t.id)

@@ -7,6 +7,7 @@ from ghostless import Config, State
 from ghostless.core import index
 from ghostless.core.errors import Code
 from ghostless.core.keys import INDEX_PAGE, index_page, index_pages
+from ghostless.core.steps import Command, drive
 from tests.support.snapshots import ended_entries, purge_due_ms, raw_task, sibling
 from tests.support.wait import wait_for_server_time
 
@@ -34,7 +35,7 @@ def listed(engine, owner, limit):
 
 
 def newest_first(engine, ids):
-    created = {i: raw_task(engine, i)["created_at"] for i in ids}
+    created = {i: raw_task(engine, i).get("listed_at") or raw_task(engine, i)["created_at"] for i in ids}
     return sorted(ids, key=lambda i: (-int(created[i]), tuple(-b for b in i.encode())))
 
 
@@ -91,7 +92,7 @@ def test_a_purge_routed_before_a_head_moved_is_refused_as_moved_and_the_sweeper_
     assert quick.check() == []
 
 
-def test_a_task_created_while_the_clock_is_behind_its_index_takes_the_index_newest_time(engine):
+def test_a_task_created_while_the_clock_is_behind_its_index_is_listed_at_the_index_newest_time(engine):
     [a] = submit_many(engine, 1)
     ahead = int(raw_task(engine, a)["created_at"]) + 3_600_000  # as made on a primary an hour ahead
     engine.redis.hset(engine.keys.task(a).task, "created_at", ahead)
@@ -101,8 +102,12 @@ def test_a_task_created_while_the_clock_is_behind_its_index_takes_the_index_newe
     [(_, fields)] = engine.redis.xrevrange(events, count=1)
     engine.redis.xadd(events, fields, id=f"{ahead}-0")  # its submit event, stamped by that primary's clock
     [b] = submit_many(engine, 1)
-    assert int(raw_task(engine, b)["created_at"]) == ahead
-    assert engine.history(b)[0].at < ahead / 1000  # its submit is recorded at the server's time
+    stored = raw_task(engine, b)
+    assert int(stored["listed_at"]) == ahead and int(stored["created_at"]) < ahead  # created at the server's time
+    engine.complete(engine.claim(b, "w1"), {})
+    submitted, claimed, completed = (e.at for e in engine.history(b))  # read back as recorded, from its creation
+    assert submitted == int(stored["created_at"]) / 1000 and submitted <= claimed <= completed < ahead / 1000
+    assert engine.redis.zscore(engine.keys.queue_index("images"), b) == ahead  # beside a, not before it
     assert listed(engine, "alice", 50) == newest_first(engine, [a, b]) and engine.check() == []
 
 
@@ -112,7 +117,7 @@ def test_a_head_of_one_millisecond_grows_past_a_page_rather_than_split_it(engine
     for head in (engine.keys.queue_index("images"), engine.keys.owner_index("images", "alice")):
         engine.redis.zadd(head, dict.fromkeys(ids, same))
     for tid in ids:
-        engine.redis.hset(engine.keys.task(tid).task, "created_at", same)
+        engine.redis.hset(engine.keys.task(tid).task, "listed_at", same)
     events = engine.keys.task(ids[-1]).events
     [(_, fields)] = engine.redis.xrevrange(events, count=1)
     engine.redis.xadd(events, fields, id=f"{same}-0")  # as a primary an hour ahead stamped it
@@ -150,3 +155,28 @@ def test_check_finds_a_task_outside_its_page_and_an_empty_page_in_the_directory(
     problems = engine.check()
     assert any(moved in p and "outside its bounds" in p for p in problems), problems
     assert any("page gone is in the directory but empty" in p for p in problems), problems
+
+
+def test_a_listing_reads_on_by_bound_so_a_page_emptied_between_its_reads_costs_no_other_page(engine):
+    head = engine.keys.queue_index("images")
+    for i in range(10):  # pages thinned by purges to 4 tasks each, bounds 1000, 2000, ...
+        engine.redis.zadd(index_page(head, f"p{i}"), {f"images.{i:02d}{j:018x}": 1000 * i + j for j in range(1, 5)})
+        engine.redis.zadd(index_pages(head), {f"p{i}": 1000 * (i + 1)})
+    engine.redis.zadd(head, {"images.h1": 10_001, "images.h2": 10_002})
+    reads = []
+
+    def do(step):  # a sweeper empties page p8, read in the first round, before the second reads on
+        if isinstance(step, Command) and step.args[0] == index_pages(head):
+            engine.redis.delete(index_page(head, "p8"))
+            engine.redis.zrem(index_pages(head), "p8")
+        reads.append(step)
+        return engine._do(step)
+
+    got = drive(index.rows(head, "+inf", 0, 200), do)
+    expected = sorted(
+        [(10_002, "images.h2"), (10_001, "images.h1")]
+        + [(1000 * i + j, f"images.{i:02d}{j:018x}") for i in range(10) if i != 8 for j in range(1, 5)],
+        key=index.newest_first,
+    )
+    assert [r for r in got if not r[1].startswith("images.08")] == expected
+    assert len(reads) >= 3  # the directory was read on, after the first round's pages
