@@ -51,30 +51,37 @@ def rows(index: str, top: str | int, offset: int, num: int) -> Call[list[tuple[i
 
     One pipeline reads the head, then the directory: a submit that moves the head into a page in
     between leaves its tasks in both reads (kept once), never in neither. A second reads the pages
-    that may hold what the head lacks (more rounds only where purges left pages thin).
+    that may hold what the head lacks (more rounds only where purges left pages thin). An offset
+    is skipped where it falls, by counts (a head or a page of one millisecond may hold many tasks).
     """
-    want = offset + num
     pages = index_pages(index)
-    chunk = want // INDEX_PAGE + 2  # pages read per round: enough for ``want`` rows from full pages
-    head, newer, older = yield Commands(
+    chunk = num // INDEX_PAGE + 2  # pages read per round: enough for ``num`` rows from full pages
+    in_head, head, newer, older = yield Commands(
         (
-            _read(index, top, want),
+            Command("zcount", (index, "-inf", top)),
+            _read(index, top, offset, num),
             Command("zrangebyscore", (pages, f"({top}", "+inf"), {"start": 0, "num": 1}),
             _older(pages, top, chunk),
         )
     )
-    found = _rows({}, head)
+    found, skip = _rows({}, head), max(0, offset - in_head)
     names = [text(n) for n in newer] + [text(n) for n, _ in older]
-    while len(found) < want and names:
-        read = yield Commands(tuple(_read(index_page(index, n), top, want - len(found)) for n in names))
+    while len(found) < num and names:
+        keys, starts = [index_page(index, n) for n in names], [0] * len(names)
+        if skip:  # the pages the offset passes over, by their counts
+            counts = yield Commands(tuple(Command("zcount", (key, "-inf", top)) for key in keys))
+            for i, count in enumerate(counts):
+                starts[i] = min(skip, count)
+                skip -= starts[i]
+        read = yield Commands(tuple(_read(key, top, at, num - len(found)) for key, at in zip(keys, starts)))
         for page in read:
             _rows(found, page)
-        if len(found) >= want or len(older) < chunk:
+        if len(found) >= num or len(older) < chunk:
             break
         # On from the last bound read, not by an offset: a purge may empty a page read already.
         older = yield _older(pages, f"({older[-1][1]:.0f}", chunk)
         names = [text(n) for n, _ in older]
-    return sorted(((s, m) for m, s in found.items()), key=newest_first)[offset:want]
+    return sorted(((s, m) for m, s in found.items()), key=newest_first)[:num]
 
 
 def _older(pages: str, below: str | int, num: int) -> Command:
@@ -83,8 +90,8 @@ def _older(pages: str, below: str | int, num: int) -> Command:
     return Command("zrevrangebyscore", (pages, below, "-inf"), {"start": 0, "num": num, "withscores": True})
 
 
-def _read(key: str, top: str | int, num: int) -> Command:
-    return Command("zrevrangebyscore", (key, top, "-inf"), {"start": 0, "num": num, "withscores": True})
+def _read(key: str, top: str | int, start: int, num: int) -> Command:
+    return Command("zrevrangebyscore", (key, top, "-inf"), {"start": start, "num": num, "withscores": True})
 
 
 def _rows(found: dict[str, int], reply) -> dict[str, int]:

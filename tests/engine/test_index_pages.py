@@ -180,3 +180,47 @@ def test_a_listing_reads_on_by_bound_so_a_page_emptied_between_its_reads_costs_n
     )
     assert [r for r in got if not r[1].startswith("images.08")] == expected
     assert len(reads) >= 3  # the directory was read on, after the first round's pages
+
+
+def test_rows_read_across_pages_equal_one_zset_read_with_the_same_top_offset_and_count(engine):
+    head, whole = engine.keys.queue_index("images"), engine.keys.queue_key("images", "scratch")
+    sizes = [64, 3, 0, 200, 1, 64, 17]  # full, thin, emptied (not in the directory), one ms of 200, ...
+    score = 1_000
+    for i, size in enumerate(sizes):
+        rows = {f"images.{i:02d}{j:018x}": score + (0 if size == 200 else j) for j in range(size)}
+        score += 1_000
+        if rows:
+            engine.redis.zadd(index_page(head, f"p{i}"), rows)
+            engine.redis.zadd(index_pages(head), {f"p{i}": score})
+        engine.redis.zadd(whole, rows or {"images.gone": 0})
+    engine.redis.zrem(whole, "images.gone")
+    engine.redis.zadd(head, {f"images.h{j:019x}": score + j // 2 for j in range(30)})
+    engine.redis.zunionstore(whole, [whole, head])
+    tops = ["+inf", score + 5, score, 4_000, 4_999, 5_000, 3_000, 1_001, 999]
+    for top in tops:
+        for offset in (0, 1, 29, 30, 31, 64, 150, 230, 400):
+            for num in (1, 3, 50, 200):
+                got = drive(index.rows(head, top, offset, num), engine._do)
+                want = engine.redis.zrevrangebyscore(whole, top, "-inf", start=offset, num=num, withscores=True)
+                assert got == [(int(s), m.decode() if isinstance(m, bytes) else m) for m, s in want], (top, offset, num)
+
+
+def test_an_offset_deep_in_one_millisecond_is_skipped_by_redis_not_read_and_dropped(engine):
+    head = engine.keys.queue_index("images")  # a clock behind for a while: 1,000 tasks listed at one time
+    engine.redis.zadd(head, {f"images.{j:020x}": 7_000 for j in range(1_000)})
+    engine.redis.zadd(index_page(head, "p0"), {f"images.p{j:019x}": 100 + j for j in range(40)})
+    engine.redis.zadd(index_pages(head), {"p0": 7_000})
+    rows_read = []
+
+    def do(step):
+        reply = engine._do(step)
+        for command, answer in zip(getattr(step, "commands", [step]), reply if hasattr(step, "commands") else [reply]):
+            if command.kwargs.get("withscores") and command.args[0] != index_pages(head):
+                rows_read.append(len(answer))
+        return reply
+
+    got = drive(index.rows(head, 7_000, 980, 50), do)
+    assert [m for _, m in got] == [f"images.{j:020x}" for j in range(19, -1, -1)] + [
+        f"images.p{j:019x}" for j in range(39, 9, -1)
+    ]
+    assert sum(rows_read) == 50  # what it returns, not the 980 rows before them
