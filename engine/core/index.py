@@ -120,10 +120,21 @@ def count(client, index: str) -> int:
     return sum(pipe.execute())
 
 
-def scan(client, index: str) -> tuple[dict[str, float], list[str]]:
+def scan(client, index: str, tries: int = 5) -> tuple[dict[str, float], list[str]]:
     """Every task of an index (id -> score), and what is wrong with its pages: a task outside its
-    page's bounds (index_route would not find it), a page named in the directory but empty."""
-    bounds = [(text(n), b) for n, b in client.zrange(index_pages(index), 0, -1, withscores=True)]
+    page's bounds (index_route would not find it), a page named in the directory but empty.
+
+    The directory is read again after the pages, and the scan made again (up to ``tries`` times)
+    while it changed: a submit that moved the head, or a purge that emptied a page, meanwhile."""
+    for _ in range(tries):
+        bounds = client.zrange(index_pages(index), 0, -1, withscores=True)
+        found, problems = _scan(client, index, [(text(n), b) for n, b in bounds])
+        if client.zrange(index_pages(index), 0, -1, withscores=True) == bounds:
+            break
+    return found, problems
+
+
+def _scan(client, index: str, bounds: list[tuple[str, float]]) -> tuple[dict[str, float], list[str]]:
     found: dict[str, float] = {}
     problems: list[str] = []
     low = float("-inf")

@@ -28,12 +28,8 @@ local function index_roll(I, name)
   local low = redis.call('ZRANGE', I.head, 0, 0, 'WITHSCORES')[2]
   local top = redis.call('ZREVRANGE', I.head, 0, 0, 'WITHSCORES')[2]
   if low == top or redis.call('RENAMENX', I.head, I.page) == 0 then return end  -- one millisecond: no bound
-  local kept = redis.call('ZRANGEBYSCORE', I.page, top, top)
-  local back = {}
-  for i, id in ipairs(kept) do
-    back[2 * i - 1], back[2 * i] = top, id
-  end
-  redis.call('ZADD', I.head, unpack(back))
+  -- Copied by Redis, not through Lua: a millisecond may hold more tasks than unpack takes.
+  redis.call('ZRANGESTORE', I.head, I.page, top, top, 'BYSCORE')
   redis.call('ZREMRANGEBYSCORE', I.page, top, top)
   redis.call('ZADD', I.pages, top, name)
 end

@@ -8,7 +8,7 @@ from ghostless.core import index
 from ghostless.core.errors import Code
 from ghostless.core.keys import INDEX_PAGE, index_page, index_pages
 from ghostless.core.steps import Command, drive
-from tests.support.snapshots import ended_entries, purge_due_ms, raw_task, sibling
+from tests.support.snapshots import ended_entries, purge_due_ms, raw_task, sibling, task_snapshot
 from tests.support.wait import wait_for_server_time
 
 N = 2 * INDEX_PAGE + 44  # two pages and a head
@@ -224,3 +224,40 @@ def test_an_offset_deep_in_one_millisecond_is_skipped_by_redis_not_read_and_drop
         f"images.p{j:019x}" for j in range(39, 9, -1)
     ]
     assert sum(rows_read) == 50  # what it returns, not the 980 rows before them
+
+
+def test_a_task_moved_into_a_page_snapshots_as_before(engine):
+    ids = submit_many(engine, INDEX_PAGE)
+    before = task_snapshot(engine, ids[0])
+    submit_many(engine, 1)  # moves the head, ids[0] with it, into a page
+    assert pages(engine, engine.keys.queue_index("images")) and task_snapshot(engine, ids[0]) == before
+    assert before["sets"]["index"] == int(raw_task(engine, ids[0])["created_at"])
+
+
+def test_a_head_whose_newest_millisecond_holds_thousands_of_tasks_still_moves_into_a_page(engine):
+    head = engine.keys.queue_index("images")  # as a bench's clones or an index from before pages leave it
+    t, _ = engine.redis.time()
+    now = t * 1000 - 1_000
+    engine.redis.zadd(head, {"images.old": now - 1} | {f"images.{j:020x}": now for j in range(5_000)})
+    [new] = submit_many(engine, 1)
+    [(name, bound)] = pages(engine, head)
+    [old] = engine.redis.zrange(index_page(head, name), 0, -1)
+    assert name == new and bound == now and old in (b"images.old", "images.old")
+    assert engine.redis.zcard(head) == 5_001 and engine.redis.zscore(head, new) >= now
+
+
+def test_a_check_scan_that_a_submit_moves_the_head_under_reads_again(engine):
+    ids = submit_many(engine, INDEX_PAGE)
+    head, late = engine.keys.owner_index("images", "alice"), []
+
+    class Racing:  # the client, but a submit moves the head just before the scan first reads it
+        def __getattr__(self, name):
+            return getattr(engine.redis, name)
+
+        def zrange(self, key, *args, **kwargs):
+            if key == head and not late:
+                late.append(submit_many(engine, 1)[0])
+            return engine.redis.zrange(key, *args, **kwargs)
+
+    found, problems = index.scan(Racing(), head)
+    assert problems == [] and set(found) == {*ids, *late} and pages(engine, head)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import copy
 
 from ghostless import Config, Engine, Lease, State
+from ghostless.core import index
 from ghostless.core.keys import BODY_HISTORY
 from tests.conftest import register_test_types
 from tests.support.wait import wait_for_server_time
 
-DEADLINE_SETS = ("dispatch", "leases", "retries", "expiry", "index")
+DEADLINE_SETS = ("dispatch", "leases", "retries", "expiry")
 GHOST = "images.0123456789abcdef0123"  # a well-formed task id no test creates
 
 
@@ -33,9 +34,16 @@ def task_snapshot(engine: Engine, task_id: str) -> dict:
         "result": (body[1] or None) if body else _s(r.get(k.result)),
         "history": body[BODY_HISTORY:] if body else [_s(h) for h in r.lrange(k.history, 0, -1)],
         "checkpoints": {_s(a): _s(b) for a, b in r.hgetall(k.checkpoints).items()},
-        "sets": {name: r.zscore(getattr(k, name), task_id) for name in DEADLINE_SETS},
+        "sets": {name: r.zscore(getattr(k, name), task_id) for name in DEADLINE_SETS}
+        | {"index": index_score(engine, task_id)},
         "ended": ended_entries(engine, task_id),
     }
+
+
+def index_score(engine: Engine, task_id: str) -> float | None:
+    """The task's score in its queue's index, in whichever page holds it (engine/core/index.py)."""
+    head = engine.keys.task(task_id).index
+    return next((s for key in index.keys_of(engine.redis, head) if (s := engine.redis.zscore(key, task_id))), None)
 
 
 def ended_entries(engine: Engine, task_id: str) -> list[str]:
