@@ -39,7 +39,7 @@ change(K, t, 'edit', 'CANCELLED', now, 0,
 -- The request's delay, due times and expiry carry over, and so does what was recorded of them (an
 -- overdue request is not recorded overdue twice). A claim cleared the expiry of a task it started.
 local delay_ms = math.max(0, tonumber(t.not_before or 0) - now)
-create(N, {head = KEYS[2 * T + 1], pages = KEYS[2 * T + 2], page = KEYS[2 * T + 3]}, {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
+create(N, index_at(2 * T + 1), {id = new_id, type = t.type, owner = t.owner, queue = t.queue, supersedes = t.id,
   max_attempts = t.max_attempts, lease_ms = lease_ms, timeout_ms = timeout_ms,
   priority = t.priority, backoff = backoff, due_at = t.due_at, escalate_at = t.escalate_at,
   overdue_at = t.overdue_at, escalated_at = t.escalated_at, not_before = t.not_before,

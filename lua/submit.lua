@@ -65,7 +65,7 @@ if refused then return refused end
 local waiting = (#open > 0 or failed) and '1' or nil
 local due = nil
 if waiting then due = failed and now or now + RECHECK_MS end
-create(K, {head = KEYS[T + 1], pages = KEYS[T + 2], page = KEYS[T + 3]}, {id = task_id, due_at = due_ms > 0 and now + due_ms or nil,
+create(K, index_at(T + 1), {id = task_id, due_at = due_ms > 0 and now + due_ms or nil,
   escalate_at = escalate_ms > 0 and now + escalate_ms or nil, type = type_name, owner = owner, queue = queue,
   max_attempts = max_attempts, lease_ms = lease_ms, timeout_ms = timeout_ms,
   priority = priority ~= '0' and priority or nil,  -- absent: 0

@@ -17,8 +17,6 @@ from .keys import INDEX_PAGE, index_page, index_pages
 from .steps import Call, Command, Commands
 from .text import text
 
-DIRECTORY_READ = 16  # page names read from a directory per step
-
 
 class Route(NamedTuple):
     """Where an index holds the tasks of one creation time: ``key`` (the head or a page), its page
@@ -29,10 +27,10 @@ class Route(NamedTuple):
     pages: str
 
 
-def route_command(index: str, created: str) -> tuple:
-    """The ZRANGEBYSCORE (args, kwargs) that finds the page of a creation time (lib/index.lua
-    index_route): the oldest page whose bound is above it."""
-    return (index_pages(index), f"({created}", "+inf"), {"start": 0, "num": 1}
+def route_command(index: str, at: str | int) -> Command:
+    """The read that finds the page of a time (lib/index.lua index_route): the oldest page whose
+    bound is above it; none for the head."""
+    return Command("zrangebyscore", (index_pages(index), f"({at}", "+inf"), {"start": 0, "num": 1})
 
 
 def head(index: str) -> Route:
@@ -60,7 +58,7 @@ def rows(index: str, top: str | int, offset: int, num: int) -> Call[list[tuple[i
         (
             Command("zcount", (index, "-inf", top)),
             _read(index, top, offset, num),
-            Command("zrangebyscore", (pages, f"({top}", "+inf"), {"start": 0, "num": 1}),
+            route_command(index, top),  # the one page that may hold tasks at and after top
             _older(pages, top, chunk),
         )
     )

@@ -20,6 +20,7 @@ from .index import route_command, route_of
 from .logs import for_task
 from .replies import RESOLVE_MARK
 from .states import State
+from .steps import Commands
 from .text import text, text_or_none
 
 PURGE_ROUTES = 3  # reads of a task's index pages per sweep, each after a submit moved a head (MOVED)
@@ -186,12 +187,10 @@ def _purge(engine, queue: str, due: list[str], with_entries: bool = False) -> in
     ]
     purged = 0
     for _ in range(PURGE_ROUTES):  # MOVED: a submit moved a head into a page since the route was read
-        pipe = engine.redis.pipeline(transaction=False)
-        for _, owner, created, _ in todo:
-            for index in _indexes(engine, queue, owner):
-                args, kwargs = route_command(index, created or "0")
-                pipe.zrangebyscore(*args, **kwargs)
-        found = iter(pipe.execute())
+        reads = [
+            route_command(index, at or "0") for _, owner, at, _ in todo for index in _indexes(engine, queue, owner)
+        ]
+        found = iter(Commands(tuple(reads)).queued(engine.redis.pipeline(transaction=False)).execute())
         pipe = engine.scripts.pipeline()
         for tid, owner, _, item in todo:
             q_page, *o_page = (route_of(index, next(found)) for index in _indexes(engine, queue, owner))

@@ -13,6 +13,11 @@
 -- the first page, as it is. engine/core/index.py reads them; engine/core/check.py checks them.
 -- I: {head = zset, pages = directory zset, page = the page this call would make (keys.py IndexKeys)}.
 
+-- The index passed as KEYS[i..i+2] (head, pages, page: keys.py IndexKeys).
+local function index_at(i)
+  return {head = KEYS[i], pages = KEYS[i + 1], page = KEYS[i + 2]}
+end
+
 -- The time to create a task at, given the time so far: that, or the index's newest time where the
 -- clock went back behind it (a failover to a replica whose clock is behind): the head's newest, else
 -- the newest bound.

@@ -78,6 +78,11 @@ local function stream_add(call, K, t, id, line)
     'version', numtext(t.version), 'e', line)
 end
 
+-- Whether this call's time is before the queue stream's last entry (a clock that went back after a
+-- failover; always on Redis 6.2, which takes no '<ms>-*'): every time a queue records, a task's
+-- creation time included, is at most the stream's last id, so until then none is after now.
+local CLOCK_BEHIND = false
+
 -- Appends an event to the queue stream (always) and to the task history (when `hist`): the same
 -- line in both, except that the history leaves to its other entries what they say already
 -- (engine/core/models.py history_entries reads it back): an entry's time is '+<ms since the task's
@@ -87,11 +92,6 @@ end
 -- fields. A stream entry has five fields, the same five for every event (engine/core/streams.py
 -- stream_event): Redis then stores an entry as its values alone, and the readers' filters (task,
 -- owner) need no parsing.
--- Whether this call's time is before the queue stream's last entry (a clock that went back after a
--- failover; always on Redis 6.2, which takes no '<ms>-*'): every time a queue records, a task's
--- creation time included, is at most the stream's last id, so until then none is after now.
-local CLOCK_BEHIND = false
-
 local function emit(K, t, kind, now, ev, hist)
   local parts, n = history_parts(kind, now, ev)
   local at = parts[1]

@@ -43,7 +43,8 @@ def task_snapshot(engine: Engine, task_id: str) -> dict:
 def index_score(engine: Engine, task_id: str) -> float | None:
     """The task's score in its queue's index, in whichever page holds it (engine/core/index.py)."""
     head = engine.keys.task(task_id).index
-    return next((s for key in index.keys_of(engine.redis, head) if (s := engine.redis.zscore(key, task_id))), None)
+    scores = (engine.redis.zscore(key, task_id) for key in index.keys_of(engine.redis, head))
+    return next((s for s in scores if s is not None), None)
 
 
 def ended_entries(engine: Engine, task_id: str) -> list[str]:
