@@ -26,11 +26,18 @@ with their idempotency keys.
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import pytest
+import redis
 
 from ghostless import Config, Engine, RedisSetupError
+from tests.chaos.backends import SentinelBackend
 from tests.chaos.soak import Report, SoakConfig, run_soak
 from tests.conftest import need_redis_cli, need_redis_server
+from tests.support.redis_server import RedisServer
+from tests.support.wait import wait_until
 
 
 def _short(**kw) -> SoakConfig:
@@ -93,3 +100,46 @@ def test_a_sentinel_failover_with_wait_replicas_loses_nothing_acknowledged():
     _assert_holds_through_a_failover(report)
     assert report.losses() == [], report.format()
     assert report.problems() == [], report.format()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_the_sentinel_harness_never_promotes_the_killed_primary_before_it_has_synced(monkeypatch):
+    """The harness's failover: the new primary stalls (SIGSTOP, 3 s: a loaded host) just as the killed
+    one comes back empty. Sentinel fails over again, and must not promote the empty node (seen in
+    CI and make chaos-cluster as a second failover 1 s after the first: every task lost)."""
+    need_redis_server()
+    backend = SentinelBackend()
+    backend.start()
+    try:
+        setup = backend.setup
+        client = backend.client()
+        client.set("kept", "1")
+        assert client.wait(1, 5000) == 1
+        start, timers = RedisServer.start, []
+
+        def start_then_stall_the_new_primary(server, *args, **kwargs):
+            started = start(server, *args, **kwargs)
+            new = setup.replica if server is setup.primary else setup.primary
+            new.proc.send_signal(signal.SIGSTOP)
+            timers.append(threading.Timer(3.0, new.proc.send_signal, (signal.SIGCONT,)))
+            timers[-1].start()
+            return started
+
+        monkeypatch.setattr(RedisServer, "start", start_then_stall_the_new_primary)
+        try:
+            backend.disrupt(0)
+        finally:
+            monkeypatch.undo()
+            for timer in timers:
+                timer.join()
+
+        def kept():
+            try:
+                return backend.client().get("kept") == b"1"
+            except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
+                return False
+
+        wait_until(kept, 30, 0.1, what="the primary Sentinel names to hold what the first one acknowledged")
+    finally:
+        backend.close()
