@@ -80,3 +80,16 @@ def test_args_that_fit_are_passed_to_the_function(drawing):
     task = drawing.submit("draw", {"prompt": "a cat", "style": "ink"}, owner="alice")
     execute(drawing, drawing.claim(task.id, "w1"))
     assert drawing.get(task.id).result == {"prompt": "a cat", "size": 512, "style": "ink"}
+
+
+def test_a_workers_attempt_does_not_read_the_functions_signature_again(engine, monkeypatch):
+    # A fork worker's work-horse starts from its parent's memory: a signature read at registration
+    # is there, one read lazily was read again in every horse (~0.3 ms a job, measured).
+    engine.task(name="draw", queue="images")(lambda ctx, prompt: {"prompt": prompt})
+    worker = Engine(engine.redis, namespace=engine.keys.ns, dispatcher=None, check=False)
+    worker.task(name="draw", queue="images")(lambda ctx, prompt: {"drawn": prompt})
+    task = engine.submit("draw", {"prompt": "a cat"}, owner="alice")
+    read = []
+    monkeypatch.setattr("inspect.signature", lambda *a, **kw: read.append(a))
+    execute(worker, worker.claim(task.id, "w1"))
+    assert engine.get(task.id).result == {"drawn": "a cat"} and read == []
