@@ -124,3 +124,31 @@ def test_the_claim_brings_the_traceparent_so_an_attempt_span_costs_no_round_trip
     [submit] = named(spans, "ghostless.submit")
     [attempt] = named(spans, "ghostless.attempt")
     assert attempt.parent.span_id == submit.context.span_id and sent == []
+
+
+@pytest.fixture
+def no_provider():
+    """The API imported (redis-py imports it in every process) and no provider set."""
+    trace._TRACER_PROVIDER_SET_ONCE = trace.Once()
+    trace._TRACER_PROVIDER = None
+
+
+def test_with_no_provider_an_untraced_tasks_attempt_makes_no_span(engine, no_provider, monkeypatch):
+    # It would record nothing and carry no context: in a fork worker's work-horse it cost ~0.25 ms a job
+    task = engine.submit("render", {"prompt": "cat"}, owner="alice")
+    lease = engine.claim(task.id, "w1")
+    asked = []
+    monkeypatch.setattr(trace, "get_tracer", lambda *a, **kw: asked.append(a))
+    with attempt_span(engine, lease) as span:
+        assert span is None
+    assert lease.traceparent == "" and asked == []
+
+
+def test_with_no_provider_the_task_code_still_runs_in_its_submits_trace(engine, spans):
+    with trace.get_tracer("app").start_as_current_span("POST /images") as request:
+        task = engine.submit("render", {"prompt": "cat"}, owner="alice")
+    trace._TRACER_PROVIDER_SET_ONCE = trace.Once()
+    trace._TRACER_PROVIDER = None  # the worker's process traces nothing itself
+    with attempt_span(engine, engine.claim(task.id, "w1")):
+        inside = trace.get_current_span().get_span_context()  # what the task's own calls propagate
+    assert inside.trace_id == request.get_span_context().trace_id
