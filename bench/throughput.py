@@ -22,6 +22,13 @@ it also prints the CPU per job of the workers (their reaped work-horses included
 redis-server (INFO cpu), and the Redis commands per job the server executed (INFO commandstats,
 commands run inside scripts included).
 
+Then (``--horse-jobs``, default 200) one fork worker a side in burst mode over that many no-op
+jobs, with a probe in every work-horse (bench/horse_probe.py): the pages each horse copied (minor
+faults) and its wall time, at each phase of a job, median over the horses; and per job, the CPU
+and faults of the worker and its horses. A fork worker's cost is mostly the kernel's copies of
+the parent's pages its horse writes (about 3.5 us each on this project's machine): this shows
+which phase copies them, plain RQ's (with redis-py's DriverInfo resolved once) beside.
+
 Then (``--profile-jobs``, default 500) the same no-op jobs in one in-process SimpleWorker in burst
 mode: wall time per job, Redis round trips (socket writes: a pipeline is one) and commands per job
 on the worker side, and the wall time of each ghostless step (claim, checkpoints read, heartbeat
@@ -38,6 +45,7 @@ import io
 import os
 import pstats
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -352,6 +360,74 @@ class StepTimer:
                 setattr(target, attr, original)
 
 
+HORSE_PHASES = {  # mark -> the phase that ends there, of a work-horse's job
+    "perform_job": "fork -> RQ's perform_job",  # faults from the fork, time from RQ's main_work_horse
+    "claim": "RQ's start of the job",
+    "claim_end": "ghostless: claim",
+    "attempt": "ghostless: after the claim",
+    "heartbeat_start": "ghostless: the attempt's span, context",
+    "heartbeat_start_end": "ghostless: heartbeat thread start",
+    "function": "ghostless: args bound, before the call",
+    "function_end": "the task function (a no-op)",
+    "complete": "ghostless: result checked",
+    "complete_end": "ghostless: complete",
+    "attempt_end": "ghostless: the attempt's end",
+    "perform_job_end": "RQ's end of the job",
+    "exit": "to the horse's exit",
+}
+
+
+def horse_phases(engine, r, url: str, n: int) -> dict:
+    """One fork worker a side in burst mode over ``n`` no-op jobs, a probe in each work-horse: per
+    side, the median faults and microseconds of each phase, and per job the CPU (ms) and faults of
+    the worker and its reaped horses."""
+    import tempfile
+
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    from bench.horse_probe import PLAIN_QUEUE
+
+    def burst(side: str, path: str):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), GHOSTLESS_BENCH_NS=NS)
+        proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "horse_probe.py"), side, url, path], env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        return status, usage.ru_utime + usage.ru_stime, usage.ru_minflt
+
+    out = {}
+    for side in ("ghostless", "plain"):
+        _, idle_cpu, idle_faults = burst(side, os.devnull)  # its start-up and stop, subtracted below
+        if side == "ghostless":
+            for i in range(n):
+                engine.submit("noop", {"n": i}, owner="bench")
+        else:
+            q = Queue(PLAIN_QUEUE, connection=r, serializer=JSONSerializer)
+            q.enqueue_many([Queue.prepare_data("bench.plain_jobs.noop", args=(i,)) for i in range(n)])
+        with tempfile.NamedTemporaryFile("r", suffix=".horses") as lines:
+            status, cpu, faults = burst(side, lines.name)
+            rows = [dict(kv.split("=") for kv in line.split()) for line in lines.read().splitlines()]
+        if status or len(rows) < n:
+            raise RuntimeError(f"the {side} probe worker exited with {status}, {len(rows)} horses of {n}")
+        rows = rows[len(rows) // 10 :]  # the first horses warm the server and the parent up
+        phases, prev = [], (0, 0)  # faults count from the fork, time from the horse's first mark
+        for mark in rows[0]:
+            at_faults = statistics.median(int(row[mark].split(",")[0]) for row in rows)
+            us = statistics.median(int(row[mark].split(",")[1]) for row in rows)
+            if mark == "horse":  # RQ's main_work_horse begins: the clock starts, the faults count on
+                prev = (0, us)
+                continue
+            name = "RQ's start of the job" if side == "plain" and mark == "function" else HORSE_PHASES.get(mark, mark)
+            phases.append((name, at_faults - prev[0], us - prev[1]))
+            prev = (at_faults, us)
+        out[side] = {
+            "phases": phases,
+            "horse": prev,
+            "cpu_ms": (cpu - idle_cpu) * 1000 / n,
+            "faults": (faults - idle_faults) / n,
+        }
+    return out
+
+
 def profile(engine, r, n: int, with_cprofile: bool) -> dict:
     """n no-op jobs per side in one in-process SimpleWorker (burst): wall time per job, Redis round trips
     (socket writes; a pipeline is one) and commands per job, and the ghostless steps' wall time."""
@@ -408,6 +484,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--classes", default="simple,fork")
+    ap.add_argument("--horse-jobs", type=int, default=200, help="0: skip the work-horse phases")
     ap.add_argument("--profile-jobs", type=int, default=500, help="0: skip the in-process profile")
     ap.add_argument("--show-profile", action="store_true", help="print the cProfile tables")
     ap.add_argument(
@@ -436,6 +513,7 @@ def main() -> int:
                 flush=True,
             )
             results[cls] = compare(sides, cls, a.tasks, a.rounds, a.workers)
+        horses = horse_phases(engine, r, srv.url, a.horse_jobs) if a.horse_jobs else None
         counts = engine.stats()["tput"]["counts"]
         prof = profile(engine, r, a.profile_jobs, a.show_profile) if a.profile_jobs else None
         problems = engine.check()
@@ -472,6 +550,21 @@ def main() -> int:
                 + ", ".join(f"{c} {v:.1f}" for c, v in top[:14])
             )
     print(f"ghostless task counts after the runs: { {k: v for k, v in counts.items() if v} }")
+    if horses:
+        print()
+        print(
+            f"== fork work-horses: one worker a side (burst), {a.horse_jobs} no-op jobs; pages copied "
+            "(minor faults) and wall us, median per horse =="
+        )
+        for side, h in horses.items():
+            faults, us = h["horse"]
+            print(
+                f"{side:9s}: a horse {faults:.0f} faults, {us / 1000:.2f} ms from RQ's main_work_horse to its exit; "
+                f"the worker and its horses {h['cpu_ms']:.2f} ms CPU and {h['faults']:.0f} faults a job (an empty "
+                "burst's start-up subtracted)"
+            )
+            for name, f, u in h["phases"]:
+                print(f"    {name:42s} {f:5.0f} faults {u:6.0f} us")
     if prof:
         print()
         print(f"== worker side, in-process SimpleWorker (burst), {a.profile_jobs} no-op jobs ==")

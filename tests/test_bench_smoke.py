@@ -153,3 +153,25 @@ def test_the_watchers_benchmark_closes_a_generator_that_exits_meanwhile():
     gens = watchers.Generators.__new__(watchers.Generators)
     gens.procs = [p]
     gens.close()
+
+
+def test_the_work_horse_probe_runs():
+    need_redis_server()
+    from bench import throughput
+    from bench._common import private_redis
+    from ghostless import Engine
+
+    with private_redis() as server:
+        engine = Engine(server.client(), namespace=throughput.NS)
+        engine.task("noop", queue="tput", timeout=60, max_attempts=1)(lambda ctx, n=0: None)
+        horses = throughput.horse_phases(engine, server.client(), server.url, 10)
+    phases = {side: [name for name, _, _ in h["phases"]] for side, h in horses.items()}
+    assert "ghostless: claim" in phases["ghostless"] and "ghostless: complete" in phases["ghostless"]
+    assert phases["plain"] == [
+        "fork -> RQ's perform_job",
+        "RQ's start of the job",
+        "the task function (a no-op)",
+        "RQ's end of the job",
+        "to the horse's exit",
+    ]
+    assert all(faults >= 0 for h in horses.values() for _, faults, _ in h["phases"])

@@ -1,0 +1,113 @@
+"""A probe in every fork work-horse, for bench/throughput.py's work-horse phase.
+
+    python bench/horse_probe.py ghostless|plain URL OUT
+
+runs one fork worker in burst mode over what waits in its queue: ghostless's worker (the bench
+app's queue ``tput``) or plain RQ's (queue ``plain-horse``, redis-py's DriverInfo resolved once
+for its pool, as ghostless's worker does). Each work-horse appends one line to OUT: at each mark,
+the minor page faults it has taken (the pages of its parent's memory it copied, and new ones) and
+the microseconds since the fork returned in it. The marks: RQ's ``perform_job`` starts, the task
+function starts and returns, ``perform_job`` returns, the horse exits; on the ghostless side also
+the claim, the attempt's start, the heartbeat's start and the complete, each with its end.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+from rq import Worker
+
+PLAIN_QUEUE = "plain-horse"
+_marks: list[tuple[str, int, int]] = []
+
+
+def _mark(name: str) -> None:
+    _marks.append((name, resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter_ns() // 1000))
+
+
+def _around(owner, name: str, label: str) -> None:
+    real = getattr(owner, name)
+
+    @functools.wraps(real)
+    def marked(*args, **kwargs):
+        _mark(label)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            _mark(label + " end")
+
+    setattr(owner, name, marked)
+
+
+def install(out: str) -> None:
+    """Mark every work-horse RQ's Worker forks from now on."""
+    real_horse, real_exit = Worker.main_work_horse, os._exit
+
+    def exiting(code):
+        _mark("exit")
+        start = _marks[0][2]
+        with open(out, "a") as f:
+            f.write(" ".join(f"{name.replace(' ', '_')}={faults},{at - start}" for name, faults, at in _marks) + "\n")
+        real_exit(code)
+
+    def main_work_horse(self, job, queue):
+        _marks.clear()
+        _mark("horse")
+        os._exit = exiting  # RQ ends a work-horse with os._exit
+        return real_horse(self, job, queue)
+
+    Worker.main_work_horse = main_work_horse
+    _around(Worker, "perform_job", "perform_job")
+
+
+def run(side: str, url: str, out: str) -> None:
+    install(out)
+    if side == "plain":
+        from redis.driver_info import resolve_driver_info
+        from rq.serializers import JSONSerializer
+
+        import bench.plain_jobs
+
+        bench.plain_jobs.noop = _marked_function(bench.plain_jobs.noop)
+        conn = redis.Redis.from_url(url)
+        conn.connection_pool.connection_kwargs["driver_info"] = resolve_driver_info()
+        Worker([PLAIN_QUEUE], connection=conn, serializer=JSONSerializer).work(
+            burst=True, logging_level="WARNING", with_scheduler=False
+        )
+        return
+    os.environ["GHOSTLESS_REDIS_URL"] = url
+    from bench.app import engine
+    from ghostless.execution import heartbeat, runner
+    from ghostless.execution.worker import run_worker
+
+    noop = engine.registry.get("noop")
+    object.__setattr__(noop, "fn", _marked_function(noop.fn))
+    _around(engine, "claim", "claim")
+    _around(runner, "execute", "attempt")
+    _around(heartbeat.Heartbeat, "start", "heartbeat start")
+    _around(engine, "complete", "complete")
+    run_worker(engine, ["tput"], "fork", burst=True, logging_level="WARNING")
+
+
+def _marked_function(fn):
+    @functools.wraps(fn)
+    def marked(*args, **kwargs):
+        _mark("function")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _mark("function end")
+
+    return marked
+
+
+if __name__ == "__main__":
+    run(*sys.argv[1:4])
