@@ -75,8 +75,9 @@ def main(argv: list[str]) -> int:
     doc = (
         "# Benchmarks\n\nWritten by `make bench`. Every figure is measured beside its baseline in the same "
         "run on this machine, which is shared and noisy: ratios and CPU per operation are steadier than "
-        f"rates.\n\n```\n{machine()}\n```\n\n"
-        + "\n".join(sections[script] for script, _ in BENCHES if script in sections)
+        f"rates.\n\n```\n{machine()}\n```\n\n" + "\n".join(sections.values())
+        # A run of some benchmarks keeps every other section where it was, a dated one written by
+        # hand too (a run beside another revision); a run of all writes them in BENCHES' order.
     )
     doc_path.write_text(doc)
     print(f"wrote docs/benchmarks.md{' (failed: ' + ', '.join(failed) + ')' if failed else ''}")

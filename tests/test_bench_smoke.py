@@ -175,3 +175,22 @@ def test_the_work_horse_probe_runs():
         "to the horse's exit",
     ]
     assert all(faults >= 0 for h in horses.values() for _, faults, _ in h["phases"])
+
+
+def test_a_run_of_one_benchmark_keeps_the_other_sections_of_the_document(tmp_path, monkeypatch):
+    from bench import run_all
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "bench" / "tiny.py").write_text("print('tiny: 1 x')\n")
+    doc = tmp_path / "docs" / "benchmarks.md"
+    doc.write_text(
+        "# Benchmarks\n\n## bench/tiny.py\n\nold run\n\n## bench/tiny.py, beside a7a48d4\n\nby hand\n\n"
+        "## bench/other.py\n\nits run\n"
+    )
+    monkeypatch.setattr(run_all, "ROOT", tmp_path)
+    monkeypatch.setattr(run_all, "BENCHES", [("tiny.py", "a tiny one"), ("other.py", "another")])
+    assert run_all.main(["tiny.py"]) == 0
+    text = doc.read_text()
+    assert "tiny: 1 x" in text and "old run" not in text
+    assert text.index("## bench/tiny.py\n") < text.index("by hand") < text.index("its run")
