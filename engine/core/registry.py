@@ -162,8 +162,13 @@ class TaskType:
             if limit is not None and limit < 0:
                 raise ValueError(f"stage {stage!r} timeout must be >= 0")
         # Read now, at registration: a fork worker's parent has it made for every work-horse, which
-        # would read it again for its one attempt (about 0.3 ms of a no-op job, measured).
-        self._signature  # noqa: B018
+        # would read it again for its one attempt (about 0.3 ms of a no-op job, measured). Not when
+        # an annotation names what its module defines later (Python 3.14 evaluates them here):
+        # then at the first bind, as before.
+        try:
+            self._signature  # noqa: B018
+        except NameError:
+            pass
 
     def stage_timeout_ms(self, stage: str) -> int:
         if stage not in self.stages:

@@ -2,6 +2,8 @@
 naming the parameters), and in the worker, where args that cannot fit fail for good (bad_args)
 while a TypeError raised inside the function is retried like any other failure."""
 
+import inspect
+
 import pytest
 
 from ghostless import BadArgs, Engine, State
@@ -93,3 +95,27 @@ def test_a_workers_attempt_does_not_read_the_functions_signature_again(engine, m
     monkeypatch.setattr("inspect.signature", lambda *a, **kw: read.append(a))
     execute(worker, worker.claim(task.id, "w1"))
     assert engine.get(task.id).result == {"drawn": "a cat"} and read == []
+
+
+class _Later:
+    """A callable whose signature cannot be read yet (Python 3.14 reads annotations lazily: one
+    naming a class its module defines further down raises NameError until the module is done)."""
+
+    ready = False
+
+    @property
+    def __signature__(self):
+        if not _Later.ready:
+            raise NameError("name 'Prompt' is not defined")
+        return inspect.signature(lambda ctx, prompt: None)
+
+    def __call__(self, ctx, prompt):
+        return {"prompt": prompt}
+
+
+def test_a_function_whose_signature_cannot_be_read_yet_registers_and_is_bound_later(engine):
+    _Later.ready = False
+    engine.task(name="later", queue="images")(_Later())  # no NameError at registration
+    _Later.ready = True
+    with pytest.raises(BadArgs, match="unexpected 'promt'"):
+        engine.submit("later", {"promt": "a cat"}, owner="alice")
