@@ -45,7 +45,10 @@ BENCHES = [  # (script, what it measures)
 def main(argv: list[str]) -> int:
     only = set(argv)
     doc_path = ROOT / "docs" / "benchmarks.md"
-    sections = _sections(doc_path.read_text()) if only and doc_path.exists() else {}
+    kept = _sections(doc_path.read_text()) if doc_path.exists() else {}
+    # A run of some keeps every section where it was; a run of all writes BENCHES' in their order,
+    # then the others the document held (dated ones written by hand: a run beside another revision).
+    sections = dict(kept) if only else {}
     failed = []
     for script, what in BENCHES:
         if only and script not in only:
@@ -75,9 +78,8 @@ def main(argv: list[str]) -> int:
     doc = (
         "# Benchmarks\n\nWritten by `make bench`. Every figure is measured beside its baseline in the same "
         "run on this machine, which is shared and noisy: ratios and CPU per operation are steadier than "
-        f"rates.\n\n```\n{machine()}\n```\n\n" + "\n".join(sections.values())
-        # A run of some benchmarks keeps every other section where it was, a dated one written by
-        # hand too (a run beside another revision); a run of all writes them in BENCHES' order.
+        f"rates.\n\n```\n{machine()}\n```\n\n"
+        + "\n".join([*sections.values(), *(text for name, text in kept.items() if name not in sections)])
     )
     doc_path.write_text(doc)
     print(f"wrote docs/benchmarks.md{' (failed: ' + ', '.join(failed) + ')' if failed else ''}")

@@ -194,3 +194,19 @@ def test_a_run_of_one_benchmark_keeps_the_other_sections_of_the_document(tmp_pat
     text = doc.read_text()
     assert "tiny: 1 x" in text and "old run" not in text
     assert text.index("## bench/tiny.py\n") < text.index("by hand") < text.index("its run")
+
+
+def test_a_run_of_all_benchmarks_keeps_the_sections_written_by_hand_after_its_own(tmp_path, monkeypatch):
+    from bench import run_all
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "docs").mkdir()
+    for name in ("tiny", "other"):
+        (tmp_path / "bench" / f"{name}.py").write_text(f"print('{name}: 1 x')\n")
+    doc = tmp_path / "docs" / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## bench/tiny.py, beside a7a48d4\n\nby hand\n\n## bench/other.py\n\nold\n")
+    monkeypatch.setattr(run_all, "ROOT", tmp_path)
+    monkeypatch.setattr(run_all, "BENCHES", [("tiny.py", "a tiny one"), ("other.py", "another")])
+    assert run_all.main([]) == 0
+    text = doc.read_text()
+    assert text.index("tiny: 1 x") < text.index("other: 1 x") < text.index("by hand") and "old" not in text
