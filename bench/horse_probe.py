@@ -5,10 +5,11 @@
 runs one fork worker in burst mode over what waits in its queue: ghostless's worker (the bench
 app's queue ``tput``) or plain RQ's (queue ``plain-horse``, redis-py's DriverInfo resolved once
 for its pool, as ghostless's worker does). Each work-horse appends one line to OUT: at each mark,
-the minor page faults it has taken (the pages of its parent's memory it copied, and new ones) and
-the microseconds since the fork returned in it. The marks: RQ's ``perform_job`` starts, the task
-function starts and returns, ``perform_job`` returns, the horse exits; on the ghostless side also
-the claim, the attempt's start, the heartbeat's start and the complete, each with its end.
+the minor page faults it has taken since the fork (the pages of its parent's memory it copied, and
+new ones) and the microseconds since its first mark, as RQ's ``main_work_horse`` begins. The
+marks: RQ's ``perform_job`` starts, the task function starts and returns, ``perform_job``
+returns, the horse exits; on the ghostless side also the claim, the attempt's start, the
+heartbeat's start and the complete, each with its end.
 """
 
 from __future__ import annotations

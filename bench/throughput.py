@@ -388,15 +388,25 @@ def horse_phases(engine, r, url: str, n: int) -> dict:
 
     from bench.horse_probe import PLAIN_QUEUE
 
-    def burst(side: str, path: str):
+    def burst(side: str, path: str, timeout: float = 60 + n):
+        """The probe worker's CPU (s) and faults, with its horses; RuntimeError if it failed or hung."""
         env = dict(os.environ, PYTHONPATH=str(ROOT), GHOSTLESS_BENCH_NS=NS)
         proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "horse_probe.py"), side, url, path], env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        return status, usage.ru_utime + usage.ru_stime, usage.ru_minflt
+        deadline = time.monotonic() + timeout
+        while (reaped := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                raise RuntimeError(f"the {side} probe worker did not finish within {timeout:.0f} s")
+            time.sleep(0.05)
+        _, status, usage = reaped
+        if status:
+            raise RuntimeError(f"the {side} probe worker exited with status {os.waitstatus_to_exitcode(status)}")
+        return usage.ru_utime + usage.ru_stime, usage.ru_minflt
 
     out = {}
     for side in ("ghostless", "plain"):
-        _, idle_cpu, idle_faults = burst(side, os.devnull)  # its start-up and stop, subtracted below
+        idle_cpu, idle_faults = burst(side, os.devnull)  # its start-up and stop, subtracted below
         if side == "ghostless":
             for i in range(n):
                 engine.submit("noop", {"n": i}, owner="bench")
@@ -404,10 +414,11 @@ def horse_phases(engine, r, url: str, n: int) -> dict:
             q = Queue(PLAIN_QUEUE, connection=r, serializer=JSONSerializer)
             q.enqueue_many([Queue.prepare_data("bench.plain_jobs.noop", args=(i,)) for i in range(n)])
         with tempfile.NamedTemporaryFile("r", suffix=".horses") as lines:
-            status, cpu, faults = burst(side, lines.name)
+            cpu, faults = burst(side, lines.name)
             rows = [dict(kv.split("=") for kv in line.split()) for line in lines.read().splitlines()]
-        if status or len(rows) < n:
-            raise RuntimeError(f"the {side} probe worker exited with {status}, {len(rows)} horses of {n}")
+        marks = {tuple(row) for row in rows}
+        if len(rows) != n or len(marks) != 1:  # a job that took another path (failed, refused) marks others
+            raise RuntimeError(f"{side}: {len(rows)} horses of {n}, marking {len(marks)} different paths")
         rows = rows[len(rows) // 10 :]  # the first horses warm the server and the parent up
         phases, prev = [], (0, 0)  # faults count from the fork, time from the horse's first mark
         for mark in rows[0]:
