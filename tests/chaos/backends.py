@@ -168,6 +168,8 @@ class SentinelBackend(Backend):
     def disrupt(self, index: int) -> str:
         primary, replica = self._servers()
         wait_until(lambda: self._linked(replica), 60, 0.05, what="the replica linked to its primary")
+        # Promotable, whatever the last rejoin got to (its priority is set back once it has synced)
+        replica.client(socket_timeout=5).config_set("replica-priority", 100)
 
         def promoted() -> RedisServer:
             self.setup.wait_failover(primary.port, timeout=60)
