@@ -34,18 +34,22 @@ def _mark(name: str) -> None:
     _marks.append((name, resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter_ns() // 1000))
 
 
-def _around(owner, name: str, label: str) -> None:
-    real = getattr(owner, name)
+def _marking(fn, label: str):
+    """``fn``, marking ``label`` as it starts and ``label_end`` as it returns or raises."""
 
-    @functools.wraps(real)
+    @functools.wraps(fn)
     def marked(*args, **kwargs):
         _mark(label)
         try:
-            return real(*args, **kwargs)
+            return fn(*args, **kwargs)
         finally:
-            _mark(label + " end")
+            _mark(label + "_end")
 
-    setattr(owner, name, marked)
+    return marked
+
+
+def _around(owner, name: str, label: str) -> None:
+    setattr(owner, name, _marking(getattr(owner, name), label))
 
 
 def install(out: str) -> None:
@@ -56,7 +60,7 @@ def install(out: str) -> None:
         _mark("exit")
         start = _marks[0][2]
         with open(out, "a") as f:
-            f.write(" ".join(f"{name.replace(' ', '_')}={faults},{at - start}" for name, faults, at in _marks) + "\n")
+            f.write(" ".join(f"{name}={faults},{at - start}" for name, faults, at in _marks) + "\n")
         real_exit(code)
 
     def main_work_horse(self, job, queue):
@@ -77,7 +81,7 @@ def run(side: str, url: str, out: str) -> None:
 
         import bench.plain_jobs
 
-        bench.plain_jobs.noop = _marked_function(bench.plain_jobs.noop)
+        bench.plain_jobs.noop = _marking(bench.plain_jobs.noop, "function")
         conn = redis.Redis.from_url(url)
         conn.connection_pool.connection_kwargs["driver_info"] = resolve_driver_info()
         Worker([PLAIN_QUEUE], connection=conn, serializer=JSONSerializer).work(
@@ -90,24 +94,12 @@ def run(side: str, url: str, out: str) -> None:
     from ghostless.execution.worker import run_worker
 
     noop = engine.registry.get("noop")
-    object.__setattr__(noop, "fn", _marked_function(noop.fn))
+    object.__setattr__(noop, "fn", _marking(noop.fn, "function"))
     _around(engine, "claim", "claim")
     _around(runner, "execute", "attempt")
-    _around(heartbeat.Heartbeat, "start", "heartbeat start")
+    _around(heartbeat.Heartbeat, "start", "heartbeat_start")
     _around(engine, "complete", "complete")
     run_worker(engine, ["tput"], "fork", burst=True, logging_level="WARNING")
-
-
-def _marked_function(fn):
-    @functools.wraps(fn)
-    def marked(*args, **kwargs):
-        _mark("function")
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _mark("function end")
-
-    return marked
 
 
 if __name__ == "__main__":

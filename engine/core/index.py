@@ -124,10 +124,11 @@ def scan(client, index: str, tries: int = 5) -> tuple[dict[str, float], list[str
 
     The directory is read again after the pages, and the scan made again (up to ``tries`` times)
     while it changed: a submit that moved the head, or a purge that emptied a page, meanwhile."""
+    bounds = client.zrange(index_pages(index), 0, -1, withscores=True)
     for _ in range(tries):
-        bounds = client.zrange(index_pages(index), 0, -1, withscores=True)
         found, problems = _scan(client, index, [(text(n), b) for n, b in bounds])
-        if client.zrange(index_pages(index), 0, -1, withscores=True) == bounds:
+        bounds, before = client.zrange(index_pages(index), 0, -1, withscores=True), bounds
+        if bounds == before:
             break
     return found, problems
 

@@ -6,7 +6,7 @@
   started again (it rejoins as the new master's replica). Each failover takes the next shard.
 - ``sentinel``: a primary, one replica and three sentinels (down-after 1000 ms); the primary is
   SIGKILLed, Sentinel promotes the replica, and the killed server is started again as the new
-  primary's replica, not promotable until it has synced.
+  primary's replica, not promotable until the next failover finds it synced.
 
 ``lag`` (seconds, failover backends only) cuts the replica off its primary for that long before
 the kill (the replica SIGSTOPped so it cannot reconnect, its replication link closed by the primary,
@@ -168,7 +168,7 @@ class SentinelBackend(Backend):
     def disrupt(self, index: int) -> str:
         primary, replica = self._servers()
         wait_until(lambda: self._linked(replica), 60, 0.05, what="the replica linked to its primary")
-        # Promotable, whatever the last rejoin got to (its priority is set back once it has synced)
+        # Synced: promotable again (a rejoin below leaves it at priority 0 until then)
         replica.client(socket_timeout=5).config_set("replica-priority", 100)
 
         def promoted() -> RedisServer:
@@ -177,13 +177,13 @@ class SentinelBackend(Backend):
 
         def rejoin() -> None:
             # Same port, no persistence: it comes back empty, as the new primary's replica. Until
-            # it has synced it must not be promoted: a second failover soon after the first (a
-            # loaded host, where the sentinels judged the new primary down within down-after's
-            # 1 s: seen in CI and in make chaos-cluster) promoted it empty and lost every task.
-            # Started as a master, Sentinel takes it for a replica of default priority before it
-            # ever reports its own; started a replica of priority 0, it reports both at once. What
-            # an operator restarting a node without persistence does; the failover under test is
-            # the first one.
+            # it has synced (the next disrupt sets its priority back) it must not be promoted: a
+            # second failover soon after the first (a loaded host, where the sentinels judged the
+            # new primary down within down-after's 1 s: seen in CI and in make chaos-cluster)
+            # promoted it empty and lost every task. Started as a master, Sentinel takes it for a
+            # replica of default priority before it ever reports its own; started a replica of
+            # priority 0, it reports both at once. What an operator restarting a node without
+            # persistence does; the failover under test is the first one.
             rejoining = ["--replicaof", "127.0.0.1", str(replica.port), "--replica-priority", "0"]
             primary.extra += rejoining
             try:
@@ -194,7 +194,6 @@ class SentinelBackend(Backend):
                 wait_until(lambda: self._linked(primary), 60, 0.05, what="the old primary to rejoin as a replica")
             except AssertionError as e:  # seen once in CI under load: say what the sentinels did
                 raise AssertionError(f"{e}\n{self.setup.log_tails()}") from None
-            primary.client(socket_timeout=5).config_set("replica-priority", 100)  # synced: promotable again
 
         return fail_over(primary, replica, self.lag, RedisServer.kill, promoted, rejoin)
 
