@@ -269,7 +269,8 @@ def test_queued_task_whose_job_was_lost_is_dispatched_again_and_the_old_delivery
 
 
 def test_pending_task_never_handed_to_the_executor_is_dispatched_after_the_grace(engine):
-    crashed = sibling(engine, config=Config(dispatch_grace=0.05))  # submitted, then died before dispatching
+    # submitted, then died before dispatching; a grace a loaded host does not run out before the first sweep
+    crashed = sibling(engine, config=Config(dispatch_grace=1.0))
     task = crashed.submit("render", {"prompt": "a cat"}, owner="alice")
     executor = FakeDispatcher()
     sweeper = sibling(engine, dispatcher=executor)
