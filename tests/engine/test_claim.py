@@ -130,7 +130,7 @@ def test_each_claim_takes_a_higher_token_and_counts_an_attempt(engine):
 
 
 def test_a_task_submitted_with_a_delay_cannot_be_claimed_or_dispatched_before_it(engine):
-    task = engine.submit("render", {}, owner="alice", delay=0.2)
+    task = engine.submit("render", {}, owner="alice", delay=1.0)  # longer than a loaded host's pause
     with pytest.raises(IllegalTransition, match="delayed"):
         engine.claim(task.id, "w1")
     executor = FakeDispatcher()

@@ -183,7 +183,8 @@ def test_a_lost_worker_or_a_release_returns_to_the_head_but_a_retry_after_backof
 
 def test_a_lost_job_report_that_redis_refused_is_made_by_the_next_sweeper_tick(engine):
     executor = FakeDispatcher()
-    dispatching = sibling(engine, config=SHORT, dispatcher=executor)
+    # a grace the sweep's own steps do not outlast on a loaded host (its report re-arms the task)
+    dispatching = sibling(engine, config=Config(dispatch_grace=1.0), dispatcher=executor)
     task = dispatching.submit("render", {"prompt": "a cat"}, owner="alice")
     [dispatch_id] = executor.dispatches(task.id)
     dispatch = dispatching.scripts.dispatch
@@ -197,5 +198,5 @@ def test_a_lost_job_report_that_redis_refused_is_made_by_the_next_sweeper_tick(e
     k = dispatching.keys.task(task.id)
     assert dispatching.redis.zscore(k.dispatch, task.id) > server_ms(dispatching.redis) + 200_000
     dispatching.sweep()
-    assert dispatching.redis.zscore(k.dispatch, task.id) <= server_ms(dispatching.redis) + 50
+    assert dispatching.redis.zscore(k.dispatch, task.id) <= server_ms(dispatching.redis) + 1000
     assert dispatching.report_lost_jobs() == 0

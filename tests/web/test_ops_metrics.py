@@ -156,15 +156,16 @@ def test_a_running_sweeper_makes_readyz_ready_and_is_listed_by_name(make_app, en
 
 
 def test_readyz_is_not_ready_once_the_last_tick_is_older_than_the_limit(make_app, engine):
-    http = make_app(GHOSTLESS_METRICS_PUBLIC=True, GHOSTLESS_READY_SWEEPER_AGE=0.2).test_client()
+    # a limit a loaded host's pause between the tick and the first look does not outlast
+    http = make_app(GHOSTLESS_METRICS_PUBLIC=True, GHOSTLESS_READY_SWEEPER_AGE=1.0).test_client()
     at = record_tick(engine, "box.1")
     assert http.get("/readyz").status_code == 200
-    wait_for_server_time(engine.redis, at + 300)
+    wait_for_server_time(engine.redis, at + 1100)
     r = http.get("/readyz")
     assert (r.status_code, r.get_json()["error"]["code"]) == (503, "no_sweeper")
     assert "the last sweeper tick was" in r.get_json()["error"]["message"]
     age = value(scrape(http, {}), "ghostless_sweeper_last_tick_age_seconds", sweeper="box.1")
-    assert age >= 0.3
+    assert age >= 1.1
 
 
 def test_the_freshest_is_the_youngest_sweeper_and_silent_ones_drop_out(http, engine):
