@@ -45,7 +45,11 @@ BENCHES = [  # (script, what it measures)
 def main(argv: list[str]) -> int:
     only = set(argv)
     doc_path = ROOT / "docs" / "benchmarks.md"
-    kept = _sections(doc_path.read_text()) if doc_path.exists() else {}
+    before = doc_path.read_text() if doc_path.exists() else ""
+    kept = _sections(before)
+    # The header names the machine of the last full run; a run of some keeps it (each section
+    # names its own).
+    header_machine = (_header_machine(before) if only else None) or machine()
     # A run of some keeps every section where it was; a run of all writes BENCHES' in their order,
     # then the others the document held (dated ones written by hand: a run beside another revision).
     sections = dict(kept) if only else {}
@@ -78,7 +82,7 @@ def main(argv: list[str]) -> int:
     doc = (
         "# Benchmarks\n\nWritten by `make bench`. Every figure is measured beside its baseline in the same "
         "run on this machine, which is shared and noisy: ratios and CPU per operation are steadier than "
-        f"rates.\n\n```\n{machine()}\n```\n\n"
+        f"rates.\n\n```\n{header_machine}\n```\n\n"
         + "\n".join([*sections.values(), *(text for name, text in kept.items() if name not in sections)])
     )
     doc_path.write_text(doc)
@@ -100,12 +104,20 @@ def python_speed() -> float:
 
 
 def _sections(doc: str) -> dict[str, str]:
-    """The ``## bench/<script>`` sections of an existing docs/benchmarks.md, by script."""
+    """The sections of an existing docs/benchmarks.md: a ``## bench/<script>`` one by its script,
+    any other (written by hand) by its heading, so that none is taken for part of the one before."""
     out = {}
-    for part in doc.split("\n## bench/")[1:]:
-        script = part.split("\n", 1)[0].strip()
-        out[script] = "## bench/" + part.rstrip("\n") + "\n"
+    for part in doc.split("\n## ")[1:]:
+        heading = part.split("\n", 1)[0].strip()
+        out[heading.removeprefix("bench/")] = "## " + part.rstrip("\n") + "\n"
     return out
+
+
+def _header_machine(doc: str) -> str | None:
+    """The machine block of an existing docs/benchmarks.md's header (that of its last full run)."""
+    head = doc.split("\n## ", 1)[0]
+    parts = head.split("```\n")
+    return parts[1].rstrip("\n") if len(parts) >= 3 else None
 
 
 if __name__ == "__main__":

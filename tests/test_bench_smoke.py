@@ -177,19 +177,29 @@ def test_the_work_horse_probe_runs():
     assert all(faults >= 0 for h in horses.values() for _, faults, _ in h["phases"])
 
 
-def test_a_run_of_one_benchmark_keeps_the_other_sections_of_the_document(tmp_path, monkeypatch):
+def bench_checkout(tmp_path, monkeypatch, doc: str, scripts=("tiny",)):
+    """A checkout in ``tmp_path`` for bench/run_all.py: the scripts (each printing '<name>: 1 x'),
+    benches tiny.py and other.py, and docs/benchmarks.md holding ``doc``; returns (run_all, the doc)."""
     from bench import run_all
 
     (tmp_path / "bench").mkdir()
     (tmp_path / "docs").mkdir()
-    (tmp_path / "bench" / "tiny.py").write_text("print('tiny: 1 x')\n")
-    doc = tmp_path / "docs" / "benchmarks.md"
-    doc.write_text(
-        "# Benchmarks\n\n## bench/tiny.py\n\nold run\n\n## bench/tiny.py, beside a7a48d4\n\nby hand\n\n"
-        "## bench/other.py\n\nits run\n"
-    )
+    for name in scripts:
+        (tmp_path / "bench" / f"{name}.py").write_text(f"print('{name}: 1 x')\n")
+    path = tmp_path / "docs" / "benchmarks.md"
+    path.write_text(doc)
     monkeypatch.setattr(run_all, "ROOT", tmp_path)
     monkeypatch.setattr(run_all, "BENCHES", [("tiny.py", "a tiny one"), ("other.py", "another")])
+    return run_all, path
+
+
+def test_a_run_of_one_benchmark_keeps_the_other_sections_of_the_document(tmp_path, monkeypatch):
+    run_all, doc = bench_checkout(
+        tmp_path,
+        monkeypatch,
+        "# Benchmarks\n\n## bench/tiny.py\n\nold run\n\n## bench/tiny.py, beside a7a48d4\n\nby hand\n\n"
+        "## bench/other.py\n\nits run\n",
+    )
     assert run_all.main(["tiny.py"]) == 0
     text = doc.read_text()
     assert "tiny: 1 x" in text and "old run" not in text
@@ -197,16 +207,31 @@ def test_a_run_of_one_benchmark_keeps_the_other_sections_of_the_document(tmp_pat
 
 
 def test_a_run_of_all_benchmarks_keeps_the_sections_written_by_hand_after_its_own(tmp_path, monkeypatch):
-    from bench import run_all
-
-    (tmp_path / "bench").mkdir()
-    (tmp_path / "docs").mkdir()
-    for name in ("tiny", "other"):
-        (tmp_path / "bench" / f"{name}.py").write_text(f"print('{name}: 1 x')\n")
-    doc = tmp_path / "docs" / "benchmarks.md"
-    doc.write_text("# Benchmarks\n\n## bench/tiny.py, beside a7a48d4\n\nby hand\n\n## bench/other.py\n\nold\n")
-    monkeypatch.setattr(run_all, "ROOT", tmp_path)
-    monkeypatch.setattr(run_all, "BENCHES", [("tiny.py", "a tiny one"), ("other.py", "another")])
+    run_all, doc = bench_checkout(
+        tmp_path,
+        monkeypatch,
+        "# Benchmarks\n\n## bench/tiny.py, beside a7a48d4\n\nby hand\n\n## bench/other.py\n\nold\n",
+        scripts=("tiny", "other"),
+    )
     assert run_all.main([]) == 0
     text = doc.read_text()
     assert text.index("tiny: 1 x") < text.index("other: 1 x") < text.index("by hand") and "old" not in text
+
+
+def test_a_run_of_one_benchmark_keeps_the_header_of_the_last_full_run_and_any_hand_written_section(
+    tmp_path, monkeypatch
+):
+    run_all, doc = bench_checkout(
+        tmp_path,
+        monkeypatch,
+        "# Benchmarks\n\nWritten by `make bench`.\n\n```\nmachine: the full run's host\n```\n\n"
+        "## bench/tiny.py\n\nold run\n\n## A comparison written by hand\n\nby hand\n\n## bench/other.py\n\nits run\n",
+    )
+    monkeypatch.setattr(run_all, "machine", lambda: "machine: this run's host")
+    assert run_all.main(["tiny.py"]) == 0
+    text = doc.read_text()
+    assert "machine: the full run's host" in text.split("## ", 1)[0]  # the header: the last full run's
+    assert "tiny: 1 x" in text and "old run" not in text
+    assert text.index("tiny: 1 x") < text.index("## A comparison written by hand\n\nby hand") < text.index("its run")
+    assert run_all.main([]) == 1  # other.py is not there: a full run names this run's host all the same
+    assert "machine: this run's host" in doc.read_text().split("## ", 1)[0]
