@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import ROOT, machine
+from bench._common import ROOT
 
 BENCHES = [  # (script, what it measures)
     ("core.py", "full lifecycles vs a trivial EVALSHA; server CPU per lifecycle"),
@@ -45,11 +45,7 @@ BENCHES = [  # (script, what it measures)
 def main(argv: list[str]) -> int:
     only = set(argv)
     doc_path = ROOT / "docs" / "benchmarks.md"
-    before = doc_path.read_text() if doc_path.exists() else ""
-    kept = _sections(before)
-    # The header names the machine of the last full run; a run of some keeps it (each section
-    # names its own).
-    header_machine = (_header_machine(before) if only else None) or machine()
+    kept = _sections(doc_path.read_text()) if doc_path.exists() else {}
     # A run of some keeps every section where it was; a run of all writes BENCHES' in their order,
     # then the others the document held (dated ones written by hand: a run beside another revision).
     sections = dict(kept) if only else {}
@@ -73,7 +69,7 @@ def main(argv: list[str]) -> int:
         if run.returncode:
             failed.append(script)
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        sections[script] = (
+        sections[f"bench/{script}"] = (
             f"## bench/{script}\n\n{what}. Run {stamp}; took {took:.0f} s; load average {load:.1f} and a "
             f"1M-addition Python loop {speed:.0f} ms at the start"
             f"{'; exit code ' + str(run.returncode) if run.returncode else ''} (a missed target exits 1)."
@@ -81,8 +77,9 @@ def main(argv: list[str]) -> int:
         )
     doc = (
         "# Benchmarks\n\nWritten by `make bench`. Every figure is measured beside its baseline in the same "
-        "run on this machine, which is shared and noisy: ratios and CPU per operation are steadier than "
-        f"rates.\n\n```\n{header_machine}\n```\n\n"
+        "run on this project's 2-core machine, which is shared and noisy: ratios and CPU per operation are "
+        "steadier than rates. Each section names the machine it ran on and when (runs of one benchmark "
+        "replace only its own section).\n\n"
         + "\n".join([*sections.values(), *(text for name, text in kept.items() if name not in sections)])
     )
     doc_path.write_text(doc)
@@ -104,20 +101,28 @@ def python_speed() -> float:
 
 
 def _sections(doc: str) -> dict[str, str]:
-    """The sections of an existing docs/benchmarks.md: a ``## bench/<script>`` one by its script,
-    any other (written by hand) by its heading, so that none is taken for part of the one before."""
-    out = {}
-    for part in doc.split("\n## ")[1:]:
-        heading = part.split("\n", 1)[0].strip()
-        out[heading.removeprefix("bench/")] = "## " + part.rstrip("\n") + "\n"
+    """The sections of an existing docs/benchmarks.md by heading (``bench/<script>`` for a
+    benchmark's, any other for one written by hand): each ``## `` line outside a code block starts
+    one. ValueError for two sections of one heading (a run would keep only one of them)."""
+    out: dict[str, str] = {}
+    heading, lines, fenced = None, [], False
+
+    def close() -> None:
+        if heading is None:  # the header, before the first section
+            return
+        if heading in out:
+            raise ValueError(f"docs/benchmarks.md: two sections headed {heading!r}")
+        out[heading] = "\n".join(lines).rstrip("\n") + "\n"
+
+    for line in doc.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if line.startswith("## ") and not fenced:
+            close()
+            heading, lines = line[3:].strip(), []
+        lines.append(line)
+    close()
     return out
-
-
-def _header_machine(doc: str) -> str | None:
-    """The machine block of an existing docs/benchmarks.md's header (that of its last full run)."""
-    head = doc.split("\n## ", 1)[0]
-    parts = head.split("```\n")
-    return parts[1].rstrip("\n") if len(parts) >= 3 else None
 
 
 if __name__ == "__main__":

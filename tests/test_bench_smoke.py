@@ -218,20 +218,26 @@ def test_a_run_of_all_benchmarks_keeps_the_sections_written_by_hand_after_its_ow
     assert text.index("tiny: 1 x") < text.index("other: 1 x") < text.index("by hand") and "old" not in text
 
 
-def test_a_run_of_one_benchmark_keeps_the_header_of_the_last_full_run_and_any_hand_written_section(
+def test_a_run_of_one_benchmark_keeps_a_section_under_any_heading_and_names_no_machine_in_the_header(
     tmp_path, monkeypatch
 ):
     run_all, doc = bench_checkout(
         tmp_path,
         monkeypatch,
-        "# Benchmarks\n\nWritten by `make bench`.\n\n```\nmachine: the full run's host\n```\n\n"
-        "## bench/tiny.py\n\nold run\n\n## A comparison written by hand\n\nby hand\n\n## bench/other.py\n\nits run\n",
+        "# Benchmarks\n\nWritten by `make bench`.\n\n```\nmachine: some earlier run's host\n```\n\n"
+        "## bench/tiny.py\n\nold run\n\n## A comparison written by hand\n\n```\n## not a heading\n```\n\n"
+        "## bench/other.py\n\nits run\n",
     )
-    monkeypatch.setattr(run_all, "machine", lambda: "machine: this run's host")
     assert run_all.main(["tiny.py"]) == 0
     text = doc.read_text()
-    assert "machine: the full run's host" in text.split("## ", 1)[0]  # the header: the last full run's
+    assert "machine:" not in text.split("## ", 1)[0]  # each section names its own host
     assert "tiny: 1 x" in text and "old run" not in text
-    assert text.index("tiny: 1 x") < text.index("## A comparison written by hand\n\nby hand") < text.index("its run")
-    assert run_all.main([]) == 1  # other.py is not there: a full run names this run's host all the same
-    assert "machine: this run's host" in doc.read_text().split("## ", 1)[0]
+    assert text.index("tiny: 1 x") < text.index("## A comparison written by hand\n\n```\n## not a heading\n```")
+    assert text.index("## not a heading") < text.index("its run")
+
+
+def test_two_sections_of_one_heading_are_refused_before_anything_runs(tmp_path, monkeypatch):
+    run_all, doc = bench_checkout(tmp_path, monkeypatch, "# Benchmarks\n\n## by hand\n\na\n\n## by hand\n\nb\n")
+    with pytest.raises(ValueError, match="two sections headed 'by hand'"):
+        run_all.main(["tiny.py"])
+    assert doc.read_text().endswith("## by hand\n\nb\n")  # left as it was

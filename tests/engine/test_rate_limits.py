@@ -167,7 +167,8 @@ def test_two_workers_on_their_own_clients_never_start_more_than_the_limit_in_any
             t.join(10)
     times = starts(engine, task_ids)
     assert len(times) == len(task_ids)  # one start each: a park consumed no attempt
-    assert most_in_any_window(times, 250) == 3
+    assert most_in_any_window(times, 250) <= 3
+    assert engine.rate_limits()[0]["parked_total"] > 0  # the limit acted: claims were refused and parked
     assert all(engine.get(tid).attempt == 1 for tid in task_ids)
     assert engine.check() == []
 
