@@ -8,9 +8,11 @@ from tests.support.wait import wait_until
 
 
 def messages(pubsub, n_max=10):
-    out = []
-    for _ in range(n_max):
-        m = pubsub.get_message(timeout=0.05)
+    """The pattern messages: waits for the first (a cluster's bus may take a while), then takes
+    what follows within 0.2 s of each other."""
+    out = [wait_until(lambda: pubsub.get_message(timeout=0.05), 5, what="a message")]
+    for _ in range(n_max - 1):
+        m = pubsub.get_message(timeout=0.2)
         if m is None:
             break
         out.append(m)
