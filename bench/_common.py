@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -398,3 +399,12 @@ def stop(proc) -> None:
     proc.log.close()
     with contextlib.suppress(OSError):
         os.unlink(proc.log.name)
+
+
+def run_main(main, *args) -> None:
+    """Run a benchmark's ``main(*args)`` and exit with what it returns. A SIGTERM (a timeout, a
+    cancelled job) ends it as Ctrl-C does, through its ``finally`` blocks, which stop the workers
+    and servers it started: each runs in a session of its own (tests/support/procs.py), which a
+    signal to this process or its group does not reach, and would outlive it."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    sys.exit(main(*args))

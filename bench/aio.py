@@ -37,6 +37,7 @@ from bench._common import (
     persistence,
     private_redis,
     quiet_engine_logs,
+    run_main,
     verdict,
 )
 from ghostless import AsyncEngine
@@ -138,4 +139,4 @@ def _main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -57,6 +57,7 @@ from bench._common import (
     median,
     private_redis,
     quiet_engine_logs,
+    run_main,
     server_cpu,
     verdict,
 )
@@ -551,4 +552,4 @@ def run(cluster: Cluster, standalone, pair, size: dict) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -47,6 +47,7 @@ from bench._common import (
     private_redis,
     quiet_engine_logs,
     reset_stats,
+    run_main,
     script_stats,
     server_cpu,
     submit_call,
@@ -330,4 +331,4 @@ def breakdown(r, engine, n: int = 3000) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -37,6 +37,7 @@ from bench._common import (
     persistence,
     private_redis,
     quiet_engine_logs,
+    run_main,
     server_cpu,
     verdict,
 )
@@ -148,4 +149,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

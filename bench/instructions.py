@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench._common import REALISTIC_STEPS, machine
+from bench._common import REALISTIC_STEPS, machine, run_main
 from tests.support.redis_server import free_port, redis_server_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,4 +170,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

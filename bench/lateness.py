@@ -72,4 +72,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench._common import run_main
+
+    run_main(main)

@@ -56,23 +56,18 @@ def main(argv: list[str]) -> int:
         load, speed = os.getloadavg()[0], python_speed()
         start = time.monotonic()
         print(f"== bench/{script}: {what}", flush=True)
-        run = subprocess.run(
-            [sys.executable, str(ROOT / "bench" / script.split()[0]), *script.split()[1:]],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
+        name, *args = script.split()
+        returncode, stdout, stderr = _run([sys.executable, str(ROOT / "bench" / name), *args])
         took = time.monotonic() - start
-        output = (run.stdout + ("\n" + run.stderr if run.returncode else "")).strip()
+        output = (stdout + ("\n" + stderr if returncode else "")).strip()
         print(output, flush=True)
-        if run.returncode:
+        if returncode:
             failed.append(script)
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         sections[f"bench/{script}"] = (
             f"## bench/{script}\n\n{what}. Run {stamp}; took {took:.0f} s; load average {load:.1f} and a "
             f"1M-addition Python loop {speed:.0f} ms at the start"
-            f"{'; exit code ' + str(run.returncode) if run.returncode else ''} (a missed target exits 1)."
+            f"{'; exit code ' + str(returncode) if returncode else ''} (a missed target exits 1)."
             f"\n\n```\n{output}\n```\n"
         )
     doc = (
@@ -85,6 +80,23 @@ def main(argv: list[str]) -> int:
     doc_path.write_text(doc)
     print(f"wrote docs/benchmarks.md{' (failed: ' + ', '.join(failed) + ')' if failed else ''}")
     return 1 if failed else 0
+
+
+def _run(args: list[str], timeout: float = 1800, grace: float = 60) -> tuple[int, str, str]:
+    """Run a benchmark: (exit code, stdout, stderr). Past ``timeout`` it is sent SIGTERM, on which
+    it stops the processes it started (bench/_common.py run_main), then SIGKILL after ``grace``."""
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        stderr += f"\n(stopped after {timeout:.0f} s)"
+    return proc.returncode, stdout, stderr
 
 
 def python_speed() -> float:

@@ -414,4 +414,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench._common import run_main
+
+    run_main(main)

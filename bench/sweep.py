@@ -50,6 +50,7 @@ from bench._common import (
     pipelined_lifecycles,
     private_redis,
     reset_stats,
+    run_main,
     script_stats,
     server_cpu,
     server_ms,
@@ -498,4 +499,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_main(main, sys.argv[1:])

@@ -54,7 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import machine, private_redis, stop  # noqa: E402
+from bench._common import machine, private_redis, run_main, stop  # noqa: E402
 from tests.support.procs import Proc, app_env  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
@@ -600,4 +600,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

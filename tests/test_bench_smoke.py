@@ -5,14 +5,19 @@ A behaviour change can break a benchmark's set-up (a claim refused where it used
 """
 
 import logging
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REQUIRE_REAL, need_redis_cli, need_redis_server
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
 
@@ -241,3 +246,62 @@ def test_two_sections_of_one_heading_are_refused_before_anything_runs(tmp_path, 
     with pytest.raises(ValueError, match="two sections headed 'by hand'"):
         run_all.main(["tiny.py"])
     assert doc.read_text().endswith("## by hand\n\nb\n")  # left as it was
+
+
+BENCH_WITH_A_WORKER = """
+import subprocess, sys, time
+sys.path.insert(0, {root!r})
+from bench._common import run_main
+
+def main():
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    print(worker.pid, flush=True)
+    try:
+        time.sleep(600)
+    finally:
+        worker.kill()
+        worker.wait()
+    return 0
+
+run_main(main)
+"""
+
+
+def test_a_benchmark_sent_sigterm_stops_the_processes_it_started(tmp_path):
+    """As a timeout or a cancelled job does: the worker, in a session of its own, is not left behind."""
+    script = tmp_path / "bench_with_a_worker.py"
+    script.write_text(BENCH_WITH_A_WORKER.format(root=str(ROOT)))
+    bench = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    worker = int(bench.stdout.readline())
+    try:
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(10) == 128 + signal.SIGTERM
+        assert not pid_alive(worker)
+    finally:
+        if pid_alive(worker):
+            os.kill(worker, signal.SIGKILL)
+        bench.stdout.close()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+def test_make_bench_stops_a_benchmark_past_its_timeout_so_that_it_stops_what_it_started(tmp_path):
+    from bench import run_all
+
+    script = tmp_path / "bench_with_a_worker.py"
+    script.write_text(BENCH_WITH_A_WORKER.format(root=str(ROOT)))
+    returncode, stdout, stderr = run_all._run([sys.executable, str(script)], timeout=2, grace=10)
+    worker = int(stdout.split()[0])
+    try:
+        assert returncode == 128 + signal.SIGTERM and "stopped after 2 s" in stderr
+        assert not pid_alive(worker)
+    finally:
+        if pid_alive(worker):
+            os.kill(worker, signal.SIGKILL)
