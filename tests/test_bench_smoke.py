@@ -11,13 +11,11 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import REQUIRE_REAL, need_redis_cli, need_redis_server
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.procs import ROOT, running
 
 pytestmark = pytest.mark.slow
 
@@ -255,8 +253,8 @@ from bench._common import run_main
 
 def main():
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
-    print(worker.pid, flush=True)
     try:
+        print(worker.pid, flush=True)  # in the try: a SIGTERM as soon as it is read still stops the worker
         time.sleep(600)
     finally:
         worker.kill()
@@ -267,41 +265,34 @@ run_main(main)
 """
 
 
-def test_a_benchmark_sent_sigterm_stops_the_processes_it_started(tmp_path):
-    """As a timeout or a cancelled job does: the worker, in a session of its own, is not left behind."""
+@pytest.fixture
+def bench_with_a_worker(tmp_path):
+    """A benchmark script that starts a worker in a session of its own, prints its pid and waits;
+    (its path, the pids read), any worker still running SIGKILLed afterwards."""
     script = tmp_path / "bench_with_a_worker.py"
     script.write_text(BENCH_WITH_A_WORKER.format(root=str(ROOT)))
-    bench = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    worker = int(bench.stdout.readline())
-    try:
+    workers: list[int] = []
+    yield script, workers
+    for pid in workers:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_benchmark_sent_sigterm_stops_the_processes_it_started(bench_with_a_worker):
+    """As a timeout or a cancelled job does: the worker, in a session of its own, is not left behind."""
+    script, workers = bench_with_a_worker
+    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True) as bench:
+        workers.append(int(bench.stdout.readline()))
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(10) == 128 + signal.SIGTERM
-        assert not pid_alive(worker)
-    finally:
-        if pid_alive(worker):
-            os.kill(worker, signal.SIGKILL)
-        bench.stdout.close()
+    assert not running(workers[0])
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except (ProcessLookupError, FileNotFoundError):
-        return False
-
-
-def test_make_bench_stops_a_benchmark_past_its_timeout_so_that_it_stops_what_it_started(tmp_path):
+def test_make_bench_stops_a_benchmark_past_its_timeout_so_that_it_stops_what_it_started(bench_with_a_worker):
     from bench import run_all
 
-    script = tmp_path / "bench_with_a_worker.py"
-    script.write_text(BENCH_WITH_A_WORKER.format(root=str(ROOT)))
+    script, workers = bench_with_a_worker
     returncode, stdout, stderr = run_all._run([sys.executable, str(script)], timeout=2, grace=10)
-    worker = int(stdout.split()[0])
-    try:
-        assert returncode == 128 + signal.SIGTERM and "stopped after 2 s" in stderr
-        assert not pid_alive(worker)
-    finally:
-        if pid_alive(worker):
-            os.kill(worker, signal.SIGKILL)
+    workers.append(int(stdout.split()[0]))
+    assert returncode == 128 + signal.SIGTERM and "stopped after 2 s" in stderr
+    assert not running(workers[0])
