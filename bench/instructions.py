@@ -39,6 +39,7 @@ import redis
 
 from bench._common import REALISTIC_STEPS, machine, run_main
 from tests.support.redis_server import free_port, redis_server_path
+from tests.support.tether import tether
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,7 +93,7 @@ def count(paths: list[str], by_evalsha: bool, n: int, warm: int, realistic: bool
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", redis_server_path(),
          "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=tether(),
     )  # fmt: skip
     client = redis.Redis(port=port)
     driver = None
@@ -108,7 +109,7 @@ def count(paths: list[str], by_evalsha: bool, n: int, warm: int, realistic: bool
                 time.sleep(0.2)
         code = _DRIVE.format(paths=paths, port=port, by_evalsha=by_evalsha, realistic=realistic, warm=warm, n=n)
         driver = subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=tether()
         )
         for expected, control in (("warm", "--zero"), ("done", "--dump")):
             line = driver.stdout.readline().strip()

@@ -10,6 +10,7 @@ each took. ``make bench ARGS=sse.py`` runs one and replaces only its section of 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import ROOT
+from tests.support.tether import tether
 
 BENCHES = [  # (script, what it measures)
     ("core.py", "full lifecycles vs a trivial EVALSHA; server CPU per lifecycle"),
@@ -85,7 +87,9 @@ def main(argv: list[str]) -> int:
 def _run(args: list[str], timeout: float = 1800, grace: float = 60) -> tuple[int, str, str]:
     """Run a benchmark: (exit code, stdout, stderr). Past ``timeout`` it is sent SIGTERM, on which
     it stops the processes it started (bench/_common.py run_main), then SIGKILL after ``grace``."""
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=tether(signal.SIGTERM)
+    )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._common import machine, private_redis, run_main, stop  # noqa: E402
 from tests.support.procs import Proc, app_env  # noqa: E402
+from tests.support.tether import tether  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
 NS = "bench"
@@ -391,7 +392,8 @@ def horse_phases(engine, r, url: str, n: int) -> dict:
     def burst(side: str, path: str, timeout: float = 60 + n):
         """The probe worker's CPU (s) and faults, with its horses; RuntimeError if it failed or hung."""
         env = dict(os.environ, PYTHONPATH=str(ROOT), GHOSTLESS_BENCH_NS=NS)
-        proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "horse_probe.py"), side, url, path], env=env)
+        args = [sys.executable, str(ROOT / "bench" / "horse_probe.py"), side, url, path]
+        proc = subprocess.Popen(args, env=env, preexec_fn=tether())
         deadline = time.monotonic() + timeout
         while (reaped := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
             if time.monotonic() > deadline:

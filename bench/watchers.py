@@ -208,6 +208,8 @@ class Generators:
     """The load-generator processes, each given its share of the pages, all starting at one instant."""
 
     def __init__(self, port: int, watchers, open_timeout: float, hard_stop_in: float, count: int, last_event_id=None):
+        from tests.support.tether import tether
+
         self.start_at = time.time() + 1.5  # every process is up and has read its config by then
         self.procs, self.lines = [], queue.Queue()
         for g in range(count):
@@ -227,6 +229,7 @@ class Generators:
                 text=True,
                 cwd=ROOT,
                 start_new_session=True,
+                preexec_fn=tether(),
             )
             p.stdin.write(json.dumps(config) + "\n")
             p.stdin.flush()

@@ -16,6 +16,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from tests.support.redis_server import RedisServer, free_port, redis_server_path
+from tests.support.tether import tether
 
 
 def redis_cli_path() -> str | None:
@@ -269,6 +270,7 @@ class Sentinels:
                         [redis_server_path(), conf, "--sentinel", "--logfile", log],
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
+                        preexec_fn=tether(),
                     )
                 )
                 self.sentinel_ports.append(port)

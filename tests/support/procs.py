@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.support.tether import tether
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,7 +36,13 @@ class Proc:
         self.log = tempfile.NamedTemporaryFile(prefix="ghostless-proc-", suffix=".log", delete=False)  # noqa: SIM115
         self.args = args
         self.popen = subprocess.Popen(
-            args, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+            args,
+            env=env,
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=tether(),
         )
 
     @property

@@ -16,6 +16,8 @@ import time
 
 import redis
 
+from tests.support.tether import tether
+
 #: Ports a test process picks for the servers it starts: a range of its own per pytest-xdist worker
 #: (gw0, gw1, ...; a run without xdist is gw0), below the kernel's ephemeral ports, each with its
 #: cluster bus range (port + 10000) clear of every process's. A port a test freed (a server it killed
@@ -113,7 +115,7 @@ class RedisServer:
             os.path.join(self.dir, "redis.log"),
             *self.extra,
         ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=tether())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
