@@ -7,7 +7,7 @@ from tests.support.wait import wait_for_server_time
 
 
 def test_an_unfinished_task_is_recorded_overdue_then_escalated_once_each(engine):
-    task = engine.submit("render", {}, owner="alice", due_in=0.02, escalate_in=0.5)
+    task = engine.submit("render", {}, owner="alice", due_in=0.02, escalate_in=1.0)
     wait_for_server_time(engine.redis, engine.get(task.id).due_at * 1000)
     assert engine.sweep().overdue == 1
     assert engine.sweep().overdue == 0  # once

@@ -27,7 +27,7 @@ def stream_lapses(engine, task_id) -> int:
 
 
 def test_the_sweeper_cancels_a_task_not_started_by_its_expiry(engine):
-    task = engine.submit("render", {}, owner="alice", expires_in=0.5)
+    task = engine.submit("render", {}, owner="alice", expires_in=1.0)
     assert task.expires_at is not None and engine.get(task.id).expires_at == task.expires_at
     assert engine.sweep().lapsed == 0  # not yet
     wait_for_server_time(engine.redis, expired_at(engine, task.id))
@@ -58,7 +58,7 @@ def test_a_claim_after_the_expiry_cancels_the_task_instead_of_starting_it(engine
 
 
 def test_a_task_started_in_time_never_expires_not_even_while_it_waits_for_a_retry(engine):
-    task = engine.submit("render", {}, owner="alice", expires_in=0.5)
+    task = engine.submit("render", {}, owner="alice", expires_in=1.0)
     lease = engine.claim(task.id, "w1")
     assert engine.get(task.id).expires_at is None  # started: its expiry no longer applies
     engine.fail(lease, "boom", "flaky")  # RETRY_WAITING for 0.05 s: due before the expiry passes
@@ -70,7 +70,7 @@ def test_a_task_started_in_time_never_expires_not_even_while_it_waits_for_a_retr
 
 
 def test_a_released_task_does_not_expire(engine):
-    task = engine.submit("render", {}, owner="alice", expires_in=0.5)
+    task = engine.submit("render", {}, owner="alice", expires_in=1.0)
     engine.release(engine.claim(task.id, "w1"), "shutdown")
     wait_for_server_time(engine.redis, round(task.expires_at * 1000))
     assert engine.sweep().lapsed == 0
@@ -82,7 +82,7 @@ def test_a_task_parked_before_it_ever_started_expires_in_retry_waiting(engine):
         lambda ctx: None
     )
     engine.claim(engine.submit("paint", {}, owner="alice").id, "w1")  # takes the one start of the minute
-    task = engine.submit("paint", {}, owner="alice", expires_in=0.5)
+    task = engine.submit("paint", {}, owner="alice", expires_in=1.0)
     with pytest.raises(RateLimited) as refused:
         engine.claim(task.id, "w1")
     engine.park(task.id, refused.value.wait, refused.value.upstream, refused.value.kind)
