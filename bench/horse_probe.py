@@ -7,8 +7,9 @@ app's queue ``tput``) or plain RQ's (queue ``plain-horse``, redis-py's DriverInf
 for its pool, as ghostless's worker does). Each work-horse appends one line to OUT: at each mark,
 the minor page faults it has taken since the fork (the pages of its parent's memory it copied, and
 new ones) and the microseconds since its first mark, as RQ's ``main_work_horse`` begins. The
-marks: RQ's ``perform_job`` starts, the task function starts and returns, ``perform_job``
-returns, the horse exits; on the ghostless side also the claim, the attempt's start, the
+marks: RQ's ``perform_job`` starts, the horse's first connection to Redis opens and is open (RQ's
+first command opens it), the task function starts and returns, ``perform_job`` returns, the
+horse exits; on the ghostless side also the claim, the attempt's start, the
 heartbeat's start and the complete, each with its end.
 """
 
@@ -71,6 +72,20 @@ def install(out: str) -> None:
 
     Worker.main_work_horse = main_work_horse
     _around(Worker, "perform_job", "perform_job")
+
+    real_connect = redis.connection.AbstractConnection.connect
+
+    def connect(self):
+        """The horse's first new connection to Redis, marked (RQ's first command opens it)."""
+        if self._sock or any(name == "connect" for name, _, _ in _marks):
+            return real_connect(self)
+        _mark("connect")
+        try:
+            return real_connect(self)
+        finally:
+            _mark("connect_end")
+
+    redis.connection.AbstractConnection.connect = connect
 
 
 def run(side: str, url: str, out: str) -> None:

@@ -363,7 +363,9 @@ class StepTimer:
 
 HORSE_PHASES = {  # mark -> the phase that ends there, of a work-horse's job
     "perform_job": "fork -> RQ's perform_job",  # faults from the fork, time from RQ's main_work_horse
-    "claim": "RQ's start of the job",
+    "connect": "RQ's start of the job, to its first command",
+    "connect_end": "the horse's connection to Redis",
+    "claim": "RQ's start of the job, the rest",
     "claim_end": "ghostless: claim",
     "attempt": "ghostless: after the claim",
     "heartbeat_start": "ghostless: the attempt's span, context",
@@ -429,7 +431,7 @@ def horse_phases(engine, r, url: str, n: int) -> dict:
             if mark == "horse":  # RQ's main_work_horse begins: the clock starts, the faults count on
                 prev = (0, us)
                 continue
-            name = "RQ's start of the job" if side == "plain" and mark == "function" else HORSE_PHASES.get(mark, mark)
+            name = HORSE_PHASES["claim"] if side == "plain" and mark == "function" else HORSE_PHASES.get(mark, mark)
             phases.append((name, at_faults - prev[0], us - prev[1]))
             prev = (at_faults, us)
         out[side] = {

@@ -170,9 +170,12 @@ def test_the_work_horse_probe_runs():
         horses = throughput.horse_phases(engine, server.client(), server.url, 10)
     phases = {side: [name for name, _, _ in h["phases"]] for side, h in horses.items()}
     assert "ghostless: claim" in phases["ghostless"] and "ghostless: complete" in phases["ghostless"]
+    rq_start = ["RQ's start of the job, to its first command", "the horse's connection to Redis"]
+    assert phases["ghostless"][1:4] == [*rq_start, "RQ's start of the job, the rest"]  # one connection a horse
     assert phases["plain"] == [
         "fork -> RQ's perform_job",
-        "RQ's start of the job",
+        *rq_start,
+        "RQ's start of the job, the rest",
         "the task function (a no-op)",
         "RQ's end of the job",
         "to the horse's exit",
