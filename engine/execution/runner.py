@@ -32,6 +32,7 @@ from ghostless.core.errors import (
 )
 from ghostless.core.keys import rq_dispatch_id
 from ghostless.core.logs import for_task
+from ghostless.core.states import State
 from ghostless.execution import runtime
 
 from .context import AttemptReleased, AttemptStopped, TaskContext
@@ -167,8 +168,7 @@ def _execute(engine, lease, in_horse: bool, grace: float | None) -> str | None:
     except JobTimeoutException as e:
         return _failed(hb, engine, lease, "timeout", _reason(e) or "job timeout", True)
     except Exception as e:  # noqa: BLE001 - the task's own failure: retried with its backoff
-        log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, e, extra=_fields(lease))
-        return _failed(hb, engine, lease, type(e).__name__, _reason(e), True)
+        return _failed(hb, engine, lease, type(e).__name__, _reason(e), True, error=e)
     finally:
         hb.stop()
     try:
@@ -178,9 +178,28 @@ def _execute(engine, lease, in_horse: bool, grace: float | None) -> str | None:
     return None
 
 
-def _failed(hb: Heartbeat, engine, lease, kind: str, reason: str, retryable: bool) -> str:
-    """Report a failed attempt; return what the job's failure says of it."""
-    _finish(hb, engine.fail, lease, kind, reason, retryable)
+def _failed(
+    hb: Heartbeat, engine, lease, kind: str, reason: str, retryable: bool, error: Exception | None = None
+) -> str:
+    """Report a failed attempt; return what the job's failure says of it. ``error``: the task's own
+    exception, logged in one line when the task waits for its retry, else with its traceback (as
+    RQ logs a job's), so that a bug in a task shows where it is once its attempts are spent."""
+    state = None
+    try:
+        state = _finish(hb, engine.fail, lease, kind, reason, retryable)
+    finally:
+        if error is not None and state == State.RETRY_WAITING:
+            log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, error, extra=_fields(lease))
+        elif error is not None:  # FAILED, or its outcome not recorded (refused, Redis failing)
+            log.error(
+                "task %s attempt %d failed (%s): %r",
+                lease.task_id,
+                lease.attempt,
+                state.value if state else "outcome not recorded",
+                error,
+                exc_info=error,
+                extra=_fields(lease),
+            )
     return f"{kind}: {reason}" if reason else kind
 
 
@@ -190,13 +209,14 @@ def _reason(e: BaseException) -> str:
     return str(e)[:MAX_REASON].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _finish(hb: Heartbeat, report, lease, *args) -> None:
+def _finish(hb: Heartbeat, report, lease, *args):
+    """What ``report`` returned (None: not reported, or refused)."""
     if hb.lost or hb.abandoned:
         log.warning(
             "task %s: not reporting the outcome of an attempt whose lease is gone", lease.task_id, extra=_fields(lease)
         )
-        return
-    _report(report, lease, *args)
+        return None
+    return _report(report, lease, *args)
 
 
 def _release_after_redis_error(hb: Heartbeat, engine, lease, e: RedisUnavailable) -> None:
@@ -212,13 +232,15 @@ def _release_after_redis_error(hb: Heartbeat, engine, lease, e: RedisUnavailable
         )
 
 
-def _report(report, lease, *args) -> None:
+def _report(report, lease, *args):
     try:
-        report(lease, *args)
+        reply = report(lease, *args)
         tracing.outcome(report.__name__, *args)
         log.info("task %s attempt %d: %s", lease.task_id, lease.attempt, report.__name__, extra=_fields(lease))
+        return reply
     except LeaseLost as e:
         log.warning("outcome of task %s refused: %s", lease.task_id, e, extra=_fields(lease))
+        return None
 
 
 def _fields(lease) -> dict:

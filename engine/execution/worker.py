@@ -33,7 +33,7 @@ from ghostless.core.keys import rq_dispatch_id, rq_queue_prefix, rq_wake_channel
 from ghostless.core.logs import for_task
 from ghostless.core.text import text_or_none
 from ghostless.execution import (
-    runner,  # noqa: F401  imported here, not in every work-horse (~4 ms a job)
+    runner,  # imported here, not in every work-horse (~4 ms a job)
     runtime,
 )
 
@@ -76,6 +76,14 @@ class _EngineHooks(ClusterConnection, RidesOutRedis, LeanRQ):
             self._outlive_horse()
         finally:
             self._task_id = None
+
+    def handle_exception(self, job, *exc_info):
+        # RQ logs a failed job with its traceback. An attempt's failure reaches RQ as AttemptFailed,
+        # raised by the runner once the failure is recorded and logged (with the task's own
+        # traceback when no attempt is left): RQ's line then says so without the raise's frames.
+        if isinstance(exc_info[1], runner.AttemptFailed):
+            exc_info = (exc_info[0], exc_info[1], None)
+        return super().handle_exception(job, *exc_info)
 
     def _outlive_horse(self) -> None:
         """Never leave a work-horse without its parent: wait for it (its heartbeat thread ends
