@@ -180,26 +180,26 @@ def _execute(engine, lease, in_horse: bool, grace: float | None) -> str | None:
 
 def _failed(
     hb: Heartbeat, engine, lease, kind: str, reason: str, retryable: bool, error: Exception | None = None
-) -> str:
-    """Report a failed attempt; return what the job's failure says of it. ``error``: the task's own
-    exception, logged in one line when the task waits for its retry, else with its traceback (as
-    RQ logs a job's), so that a bug in a task shows where it is once its attempts are spent."""
-    state = None
-    try:
-        state = _finish(hb, engine.fail, lease, kind, reason, retryable)
-    finally:
-        if error is not None and state == State.RETRY_WAITING:
-            log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, error, extra=_fields(lease))
-        elif error is not None:  # FAILED, or its outcome not recorded (refused, Redis failing)
-            log.error(
-                "task %s attempt %d failed (%s): %r",
-                lease.task_id,
-                lease.attempt,
-                state.value if state else "outcome not recorded",
-                error,
-                exc_info=error,
-                extra=_fields(lease),
-            )
+) -> str | None:
+    """Report a failed attempt; return what the job's failure says of it, or None when the failure
+    was not recorded because the lease was gone (the sweeper's to retry; RQ then shows the job
+    finished, as for any attempt that lost its lease). ``error``: the task's own exception, logged
+    in one line before the report, and again with its traceback (as RQ logs a job's) when the task
+    has failed for good, so that a bug in a task shows where it is."""
+    if error is not None:
+        log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, error, extra=_fields(lease))
+    state = _finish(hb, engine.fail, lease, kind, reason, retryable)
+    if state is None:
+        return None
+    if error is not None and state == State.FAILED:
+        log.error(
+            "task %s failed for good at attempt %d: %r",
+            lease.task_id,
+            lease.attempt,
+            error,
+            exc_info=error,
+            extra=_fields(lease),
+        )
     return f"{kind}: {reason}" if reason else kind
 
 

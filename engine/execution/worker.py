@@ -80,7 +80,7 @@ class _EngineHooks(ClusterConnection, RidesOutRedis, LeanRQ):
     def handle_exception(self, job, *exc_info):
         # RQ logs a failed job with its traceback. An attempt's failure reaches RQ as AttemptFailed,
         # raised by the runner once the failure is recorded and logged (with the task's own
-        # traceback when no attempt is left): RQ's line then says so without the raise's frames.
+        # traceback once it has failed for good): RQ's line then says so without the raise's frames.
         if isinstance(exc_info[1], runner.AttemptFailed):
             exc_info = (exc_info[0], exc_info[1], None)
         return super().handle_exception(job, *exc_info)

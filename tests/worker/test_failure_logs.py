@@ -1,6 +1,6 @@
-"""What a worker's log says of a task's failed attempts: one line for each attempt retried, the
-task's own traceback (as RQ logs a job's) when no attempt is left, and none of the frames of the
-raise that tells RQ the job failed."""
+"""What a worker's log says of a task's failed attempts: a line for each, the task's own traceback
+(as RQ logs a job's) once it has failed for good, and none of the frames of the raise that tells
+RQ the job failed."""
 
 import pytest
 
@@ -23,11 +23,11 @@ def test_a_failing_task_logs_its_retries_in_a_line_each_and_its_own_traceback_at
     out = wait_until(lambda: (o := worker.output()).count(RQ_FAILED_JOB) == 3 and o, what="RQ's log of the 3 jobs")
 
     lines = out.splitlines()
-    for attempt in (1, 2):
+    for attempt in (1, 2, 3):
         [line] = [i for i, s in enumerate(lines) if f"runner WARNING task {task.id} attempt {attempt} failed:" in s]
         assert f"ConnectionError('upstream hiccup on attempt {attempt}')" in lines[line]
         assert not lines[line + 1].startswith("Traceback")
-    [last] = [i for i, s in enumerate(lines) if f"runner ERROR task {task.id} attempt 3 failed (FAILED):" in s]
+    [last] = [i for i, s in enumerate(lines) if f"runner ERROR task {task.id} failed for good at attempt 3:" in s]
     assert lines[last + 1] == "Traceback (most recent call last):"
     traceback = lines[last + 1 : lines.index("ConnectionError: upstream hiccup on attempt 3", last) + 1]
     assert any("tests/apps/basic.py" in s and "in flaky" in s for s in traceback)  # where the task raised

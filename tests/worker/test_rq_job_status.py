@@ -57,3 +57,25 @@ def test_a_failed_attempt_is_a_failed_rq_job_and_a_success_a_finished_one(redis_
         assert job.get_status() == JobStatus.FAILED
         assert f"task {task.id} attempt 1 failed: {why}" in job.latest_result().exc_string
     assert queue.finished_job_registry.count == 1 and queue.failed_job_registry.count == 2
+
+
+@pytest.mark.parametrize("worker_class", ["simple", "fork"])
+def test_an_attempt_that_lost_its_lease_and_then_raised_is_a_finished_rq_job(redis_server, worker_class):
+    """Its failure is not the task's (the lease's new holder, or the sweeper, decides what comes
+    next), so RQ shows the job as it shows any attempt that lost its lease: finished."""
+    engine = status_engine(redis_server)
+
+    @engine.task(queue="status", lease=30, max_attempts=3)
+    def taken_away(ctx):
+        engine.reclaim(ctx.task_id, by="admin")  # as a stuck task is: its lease is gone
+        raise KeyError("after the lease was gone")
+
+    task = engine.submit("taken_away", {}, owner="alice")
+    build_worker(engine, worker_class=worker_class).work(burst=True, logging_level="CRITICAL")
+
+    got = engine.get(task.id)  # each attempt reclaimed, retried at once, until none was left
+    assert (got.status, got.attempt, got.error_kind) == (State.TIMEOUT, 3, "timeout")
+    fails = [e for e in engine.history(task.id) if e.verb == "fail"]
+    assert len(fails) == 3 and all(e.kind == "stale" for e in fails)  # refused, recorded as such
+    queue = engine.dispatcher.rq_queue("status")
+    assert queue.finished_job_registry.count == 3 and queue.failed_job_registry.count == 0
