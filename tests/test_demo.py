@@ -56,6 +56,7 @@ def test_demo_serves_the_dashboard_with_a_login_link_and_stops_everything_it_sta
     import urllib.request
 
     from tests.support.procs import children, running
+    from tests.support.tether import tether
     from tests.support.wait import wait_until
 
     need_redis_server()
@@ -71,6 +72,7 @@ def test_demo_serves_the_dashboard_with_a_login_link_and_stops_everything_it_sta
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
+            preexec_fn=tether(signal.SIGTERM),  # as Ctrl-C: the demo stops what it started
         )
     try:
         wait_until(lambda: "log in:" in log.read_text(), timeout=60, what="the demo's login link")

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import need_redis_server
 from tests.support.procs import ROOT, Proc, running
-from tests.support.tether import _prctl
+from tests.support.tether import _prctl, tether
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.skipif(_prctl is None, reason="prctl(PR_SET_PDEATHSIG) is Linux's")
@@ -41,17 +41,19 @@ def test_what_a_test_started_ends_when_the_test_process_is_sigkilled(tmp_path):
     script = tmp_path / "a_test.py"
     script.write_text(A_TEST.format(root=str(ROOT)))
     pids: list[int] = []
-    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True) as test:
-        try:
-            pids += [int(pid) for pid in test.stdout.readline().split()]
-            assert len(pids) == 2 and all(running(pid) for pid in pids)
-            test.kill()  # nothing of the test process runs: no finally, no atexit
-            test.wait(10)
-            wait_until(lambda: not any(running(pid) for pid in pids), 10, what="the worker and the server to end")
-        finally:
-            for pid in pids:
-                if running(pid):
-                    os.kill(pid, signal.SIGKILL)
+    test = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=tether())
+    try:
+        pids += [int(pid) for pid in test.stdout.readline().split()]
+        assert len(pids) == 2 and all(running(pid) for pid in pids)
+        test.kill()  # nothing of the test process runs: no finally, no atexit
+        test.wait(10)
+        wait_until(lambda: not any(running(pid) for pid in pids), 10, what="the worker and the server to end")
+    finally:
+        for pid in [test.pid, *pids]:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+        test.wait(10)
+        test.stdout.close()
 
 
 def _signal_of_a_child_started(on_main_thread: bool) -> str:
