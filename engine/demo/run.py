@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ghostless.execution.supervisor import die_with_parent
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 APP = "ghostless.demo.tasks:engine"
 PROMPTS = [
@@ -88,10 +90,13 @@ def _start_redis(workdir: str):
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
         )
         kind = f"redis-server (pid {proc.pid}, data in {workdir})"
         return f"redis://127.0.0.1:{port}/0", kind, proc
-    proc = subprocess.Popen([sys.executable, "-m", "ghostless.demo.fakeserver", str(port)], cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ghostless.demo.fakeserver", str(port)], cwd=ROOT, preexec_fn=die_with_parent
+    )
     return f"redis://127.0.0.1:{port}/0", "an embedded fakeredis server (in memory)", proc
 
 
@@ -137,6 +142,7 @@ def main(argv=None) -> int:
         # workers, work-horses), so nothing is left running.
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL} if args.once else {}
         quiet["start_new_session"] = True
+        quiet["preexec_fn"] = die_with_parent  # a demo killed by SIGKILL leaves nothing running either
         cli = [sys.executable, "-m", "ghostless"]
         procs.append(subprocess.Popen(cli + ["sweeper", "--app", APP, "--interval", "0.5"], env=env, cwd=ROOT, **quiet))
         procs.append(  # two workers under one supervisor: demo-worker-1 and demo-worker-2

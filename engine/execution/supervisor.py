@@ -94,7 +94,7 @@ class Supervisor:
             try:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(sig, signal.SIG_DFL)  # the worker installs its own
-                _die_with_parent()
+                die_with_parent()
                 if os.getppid() != parent:  # it died before we asked
                     os._exit(0)
                 status = self.child(index)
@@ -138,8 +138,10 @@ class Supervisor:
                 self._start(index)
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to send this process SIGTERM when its parent dies (elsewhere: nothing)."""
+def die_with_parent() -> None:
+    """Ask Linux to send this process SIGTERM when its parent dies (elsewhere: nothing). Also a
+    ``preexec_fn`` for a child started by a process's main thread (the signal follows the thread
+    that forked it): engine/demo/run.py's."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
