@@ -24,6 +24,7 @@ from .steps import Commands
 from .text import text, text_or_none
 
 PURGE_ROUTES = 3  # reads of a task's index pages per sweep, each after a submit moved a head (MOVED)
+LISTEN_WAIT = 2.0  # s a starting sweeper waits for its wake-up channel before its first look (Wake)
 log = logging.getLogger("ghostless.sweeper")
 
 
@@ -279,11 +280,14 @@ class Wake:
     The scripts PUBLISH such a deadline on the channel named after its set (lua/lib/record.lua:
     place); a daemon thread holds one pub/sub connection on those channels' patterns and sets
     ``event``. A message lost while Redis is away costs only the old behaviour: the sweeper's
-    next wake-up, at most ``interval`` later.
+    next wake-up, at most ``interval`` later. A sweeper that starts waits (up to
+    ``LISTEN_WAIT``) until Redis has confirmed every pattern: a deadline announced between its
+    first look and its subscription would otherwise wait for its next look.
     """
 
     def __init__(self, engine, stop: threading.Event):
         self.event = threading.Event()
+        self.listening = threading.Event()
         self._stop = stop
         threading.Thread(target=self._listen, args=(engine,), name="ghostless-wake", daemon=True).start()
 
@@ -292,17 +296,26 @@ class Wake:
             self.event.set()
 
         threading.Thread(target=wake_on_stop, name="ghostless-wake-stop", daemon=True).start()
+        self.listening.wait(LISTEN_WAIT)
 
     def _listen(self, engine) -> None:
         errors = 0
+        patterns = engine.keys.deadline_channels()
         while not self._stop.is_set():
-            pubsub = engine.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = engine.redis.pubsub()
             try:
-                pubsub.psubscribe(*engine.keys.deadline_channels())
-                errors = 0
+                pubsub.psubscribe(*patterns)
+                errors = confirmed = 0
                 while not self._stop.is_set():
-                    if pubsub.get_message(timeout=0.5) is not None:
+                    message = pubsub.get_message(timeout=0.5)
+                    if message is None:
+                        continue
+                    if message["type"] == "pmessage":
                         self.event.set()
+                    elif message["type"] == "psubscribe":
+                        confirmed += 1
+                        if confirmed == len(patterns):
+                            self.listening.set()
             except Exception as e:  # noqa: BLE001 - Redis away: listen again; the sweeper still wakes on time
                 errors += 1
                 log.debug("sweeper wake-up channel lost (%s); subscribing again", e)

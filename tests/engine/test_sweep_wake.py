@@ -41,3 +41,23 @@ def test_a_sleeping_sweeper_promotes_a_short_retry_when_it_is_due_not_at_its_nex
     with sleeping_sweeper(engine):  # its tick saw only this lease (30 s away): it sleeps for 30 s
         engine.fail(lease, "boom", retry_in=0.2)
         wait_until(lambda: engine.get(task.id).status.value == "PENDING", 10, what="the retry promoted")
+
+
+def test_a_starting_sweeper_hears_a_deadline_announced_just_after_its_first_look(engine, monkeypatch):
+    """Its wake-up thread subscribes 0.5 s late (a loaded host): the first look waits for the
+    subscription, so a short retry set after that look still wakes it."""
+    import time
+
+    import redis.client
+
+    subscribe = redis.client.PubSub.psubscribe
+
+    def late(self, *args, **kwargs):
+        time.sleep(0.5)
+        return subscribe(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.PubSub, "psubscribe", late)
+    task, lease = claimed(engine)
+    with sleeping_sweeper(engine):  # its first look saw only this lease (30 s away)
+        engine.fail(lease, "boom", retry_in=0.2)
+        wait_until(lambda: engine.get(task.id).status.value == "PENDING", 10, what="the retry promoted")
