@@ -11,10 +11,10 @@ import pytest
 
 from tests.conftest import need_redis_server
 from tests.support.procs import ROOT, Proc, running
-from tests.support.tether import _prctl, tether
+from tests.support.tether import TETHERS, tether
 from tests.support.wait import wait_until
 
-pytestmark = pytest.mark.skipif(_prctl is None, reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+pytestmark = pytest.mark.skipif(not TETHERS, reason="prctl(PR_SET_PDEATHSIG) is Linux's")
 
 #: A test process, as pytest is: it starts a worker-like child and a redis-server, prints their
 #: pids, and waits to be killed.

@@ -34,6 +34,11 @@ MAX_DELAY = 30.0
 POLL = 0.1  # seconds between looks at the children
 _PR_SET_PDEATHSIG = 1
 
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in each forked child
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
 
 class Supervisor:
     """Runs ``child(index)`` in ``count`` forked processes and keeps them running.
@@ -138,12 +143,11 @@ class Supervisor:
                 self._start(index)
 
 
-def die_with_parent() -> None:
-    """Ask Linux to send this process SIGTERM when its parent dies (elsewhere: nothing). Also a
-    ``preexec_fn`` for a child started by a process's main thread (the signal follows the thread
-    that forked it): engine/demo/run.py's."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send this process ``sig`` when its parent dies; False where it cannot
+    (elsewhere). Also a ``preexec_fn`` for a child started by a process's main thread (the signal
+    follows the thread that forked it): engine/demo/run.py's, and the tests' (tests/support/tether.py)."""
+    if _prctl is None:
+        return False
+    _prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    return True

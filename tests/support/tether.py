@@ -3,25 +3,23 @@
 A worker, a sweeper or a redis-server started by a test outlives a pytest (or a benchmark) killed by
 SIGKILL, as a CI timeout or an impatient user does: nothing runs its ``finally``. On Linux the
 kernel can send the child a signal when its parent ends (``prctl(PR_SET_PDEATHSIG)``, kept across
-the exec). That "parent" is the thread that started the child, not the process: a child started by
-a helper thread would be killed when that thread ends (a chaos run restarts its servers from one).
-So only a child started by the main thread is tethered; the others are left as before.
+the exec; the worker supervisor's ``die_with_parent``). That "parent" is the thread that started
+the child, not the process: a child started by a helper thread would be killed when that thread
+ends (a chaos run restarts its servers from one). So only a child started by the main thread is
+tethered; the others are left as before.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 
-PR_SET_PDEATHSIG = 1
+from ghostless.execution.supervisor import die_with_parent
 
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
-except (OSError, AttributeError):  # not Linux
-    _prctl = None
+TETHERS = sys.platform.startswith("linux")  # PR_SET_PDEATHSIG is Linux's
 
 
 def tether(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
@@ -29,12 +27,12 @@ def tether(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
 
     None (no ``preexec_fn``) off Linux and on any thread but the main one.
     """
-    if _prctl is None or threading.current_thread() is not threading.main_thread():
+    if not TETHERS or threading.current_thread() is not threading.main_thread():
         return None
     parent = os.getpid()
 
     def preexec() -> None:
-        _prctl(PR_SET_PDEATHSIG, sig)
+        die_with_parent(sig)
         if os.getppid() != parent:  # the parent ended between the fork and the prctl
             os._exit(1)
 
