@@ -66,6 +66,7 @@ from ghostless.core.keys import BODY_HISTORY
 from ghostless.core.models import history_entry
 from tests.support.cluster import Cluster, redis_cli_path
 from tests.support.replicas import attach
+from tests.support.tether import tether
 
 SIZES = {
     "full": {"rounds": 30, "seconds": 0.5, "procs": 4, "kills": 5, "before_kill": 1.0, "calls": 10000, "smoke": False},
@@ -162,9 +163,12 @@ class Load:
         }
 
 
-def client_main(conn, wid: int, addrs: dict, queues: list[str], stop, last_done) -> None:
+def client_main(conn, wid: int, addrs: dict, queues: list[str], stop, last_done, tie=None) -> None:
     """A client process: per message (target, namespace, wait, seconds) make or reuse that engine,
-    answer "ready", run the load on "go" (seconds, or until ``stop``), send back its figures."""
+    answer "ready", run the load on "go" (seconds, or until ``stop``), send back its figures.
+    ``tie``: tests/support/tether.py's, run first, so that the client ends with the bench."""
+    if tie:
+        tie()
     engines: dict = {}
     while (msg := conn.recv()) is not None:
         target, namespace, wait, seconds = msg
@@ -186,9 +190,13 @@ class Clients:
         self.stop = ctx.Event()
         self.last_done = ctx.Array("d", len(queues), lock=False)
         self.conns, self.procs = [], []
+        # Killed outright, the bench would leave them running: each holds its own pipe's other end
+        # (forked after it was made), so none would see the bench gone.
+        tie = tether()
         for wid in range(procs):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=client_main, args=(child, wid, addrs, queues, self.stop, self.last_done))
+            args = (child, wid, addrs, queues, self.stop, self.last_done, tie)
+            proc = ctx.Process(target=client_main, args=args)
             proc.daemon = True
             proc.start()
             self.conns.append(parent)

@@ -30,30 +30,54 @@ print(child.pid, server.proc.pid, flush=True)
 time.sleep(600)
 """
 
+#: A cluster benchmark, as `make bench` runs it: its load-client processes made (forked by
+#: multiprocessing, each blocked on its pipe until told what to load), their pids printed.
+A_CLUSTER_BENCH = """
+import sys, time
+sys.path.insert(0, {root!r})
+from bench.cluster import Clients
+
+clients = Clients(2, {{}}, ["q0"])
+print(*(p.pid for p in clients.procs), flush=True)
+time.sleep(600)
+"""
+
 #: A child that prints the signal it is to get when its parent ends (PR_GET_PDEATHSIG).
 PRINTS_ITS_SIGNAL = (
     "import ctypes; v = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(v)); print(v.value, flush=True)"
 )
 
 
-def test_what_a_test_started_ends_when_the_test_process_is_sigkilled(tmp_path):
-    need_redis_server()
-    script = tmp_path / "a_test.py"
-    script.write_text(A_TEST.format(root=str(ROOT)))
+def _killed_leaves_nothing(tmp_path, script: str, children: int, what: str) -> None:
+    """Run ``script`` (it prints its children's pids, then waits), SIGKILL it, and see its children
+    end: nothing of it runs once killed (no finally, no atexit)."""
+    path = tmp_path / "killed.py"
+    path.write_text(script.format(root=str(ROOT)))
     pids: list[int] = []
-    test = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=tether())
+    killed = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True, preexec_fn=tether())
     try:
-        pids += [int(pid) for pid in test.stdout.readline().split()]
-        assert len(pids) == 2 and all(running(pid) for pid in pids)
-        test.kill()  # nothing of the test process runs: no finally, no atexit
-        test.wait(10)
-        wait_until(lambda: not any(running(pid) for pid in pids), 10, what="the worker and the server to end")
+        pids += [int(pid) for pid in killed.stdout.readline().split()]
+        assert len(pids) == children and all(running(pid) for pid in pids)
+        killed.kill()
+        killed.wait(10)
+        wait_until(lambda: not any(running(pid) for pid in pids), 10, what=what)
     finally:
-        for pid in [test.pid, *pids]:
+        for pid in [killed.pid, *pids]:
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
-        test.wait(10)
-        test.stdout.close()
+        killed.wait(10)
+        killed.stdout.close()
+
+
+def test_what_a_test_started_ends_when_the_test_process_is_sigkilled(tmp_path):
+    need_redis_server()
+    _killed_leaves_nothing(tmp_path, A_TEST, 2, "the worker and the server to end")
+
+
+def test_a_cluster_benchmarks_load_clients_end_when_it_is_sigkilled(tmp_path):
+    # Each client holds its pipe's other end too (forked after it was made): blocked on it, a
+    # client never saw its benchmark end, nor would one loading until told to stop.
+    _killed_leaves_nothing(tmp_path, A_CLUSTER_BENCH, 2, "the load clients to end")
 
 
 def _signal_of_a_child_started(on_main_thread: bool) -> str:
