@@ -50,7 +50,15 @@ class VerificationFailed(Exception):
 class AttemptFailed(Exception):
     """Raised to RQ by the job of an attempt that failed, after ghostless recorded the failure (the
     task waits for its retry, or is FAILED): RQ then shows the job as failed, in its failed job
-    registry, with the reason, instead of finished. Nothing more happens to the task."""
+    registry, with the reason, instead of finished. Nothing more happens to the task.
+
+    What the worker tells RQ's exception handlers of it (engine/execution/worker.py): ``final``,
+    the task failed for good; else ``attempts_left``, the attempts it may still make; ``error``,
+    the exception the task's function raised, when it raised one."""
+
+    def __init__(self, message: str, final: bool = False, attempts_left: int = 0, error: BaseException | None = None):
+        super().__init__(message)
+        self.final, self.attempts_left, self.error = final, attempts_left, error
 
 
 def _verify(tt, result, ctx) -> None:
@@ -98,19 +106,22 @@ def run_task(task_id: str) -> None:
     log.info("task %s attempt %d started (%s)", lease.task_id, lease.attempt, lease.type, extra=_fields(lease))
     failed = execute(engine, lease, in_horse=bool(worker is not None and getattr(worker, "is_horse", False)))
     if failed:
-        raise AttemptFailed(f"task {lease.task_id} attempt {lease.attempt} failed: {failed}")
+        try:
+            raise failed
+        finally:  # not kept by this frame, which its traceback holds: the task's error holds its locals
+            failed = None
 
 
-def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> str | None:
+def execute(engine, lease, in_horse: bool = False, grace: float | None = None) -> AttemptFailed | None:
     """Run the task function under a heartbeat and report its outcome (once, with the lease), in
-    the attempt's span when the application traces (engine/core/tracing.py). Returns why the
-    attempt failed (``<kind>: <reason>``), or None when it did not fail (it succeeded, or was
-    given back, stopped, or lost its lease)."""
+    the attempt's span when the application traces (engine/core/tracing.py). Returns the failure
+    of an attempt that failed, for the job to raise (its message ends ``<kind>: <reason>``), or None
+    when it did not fail (it succeeded, or was given back, stopped, or lost its lease)."""
     with tracing.attempt_span(engine, lease, flush=in_horse):
         return _execute(engine, lease, in_horse, grace)
 
 
-def _execute(engine, lease, in_horse: bool, grace: float | None) -> str | None:
+def _execute(engine, lease, in_horse: bool, grace: float | None) -> AttemptFailed | None:
     tt = engine.registry.get(lease.type)
     ctx = TaskContext(engine, lease, lease.checkpoints)  # the claim brought them: no extra round trip
     main = threading.get_ident()
@@ -162,11 +173,11 @@ def _execute(engine, lease, in_horse: bool, grace: float | None) -> str | None:
         _release_after_redis_error(hb, engine, lease, e)
         return None
     except PermanentError as e:
-        return _failed(hb, engine, lease, e.kind, _reason(e), False)
+        return _failed(hb, engine, lease, e.kind, _reason(e), False, raised=e)
     except VerificationFailed as e:
         return _failed(hb, engine, lease, "verification_failed", _reason(e), True)
     except JobTimeoutException as e:
-        return _failed(hb, engine, lease, "timeout", _reason(e) or "job timeout", True)
+        return _failed(hb, engine, lease, "timeout", _reason(e) or "job timeout", True, raised=e)
     except Exception as e:  # noqa: BLE001 - the task's own failure: retried with its backoff
         return _failed(hb, engine, lease, type(e).__name__, _reason(e), True, error=e)
     finally:
@@ -179,13 +190,21 @@ def _execute(engine, lease, in_horse: bool, grace: float | None) -> str | None:
 
 
 def _failed(
-    hb: Heartbeat, engine, lease, kind: str, reason: str, retryable: bool, error: Exception | None = None
-) -> str | None:
-    """Report a failed attempt; return what the job's failure says of it, or None when the failure
+    hb: Heartbeat,
+    engine,
+    lease,
+    kind: str,
+    reason: str,
+    retryable: bool,
+    error: Exception | None = None,
+    raised: BaseException | None = None,
+) -> AttemptFailed | None:
+    """Report a failed attempt; return the job's failure, or None when the failure
     was not recorded because the lease was gone (the sweeper's to retry; RQ then shows the job
     finished, as for any attempt that lost its lease). ``error``: the task's own exception, logged
     in one line before the report, and again with its traceback (as RQ logs a job's) when the task
-    has failed for good, so that a bug in a task shows where it is."""
+    has failed for good, so that a bug in a task shows where it is. ``raised``: what the function
+    raised otherwise (a PermanentError, RQ's timeout), for RQ's exception handlers, unlogged."""
     if error is not None:
         log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, error, extra=_fields(lease))
     state = _finish(hb, engine.fail, lease, kind, reason, retryable)
@@ -200,7 +219,13 @@ def _failed(
             exc_info=error,
             extra=_fields(lease),
         )
-    return f"{kind}: {reason}" if reason else kind
+    final, why = state == State.FAILED, f"{kind}: {reason}" if reason else kind
+    return AttemptFailed(
+        f"task {lease.task_id} attempt {lease.attempt} failed: {why}",
+        final=final,
+        attempts_left=0 if final else max(lease.max_attempts - lease.attempt, 1),
+        error=error if error is not None else raised,
+    )
 
 
 def _reason(e: BaseException) -> str:

@@ -78,12 +78,30 @@ class _EngineHooks(ClusterConnection, RidesOutRedis, LeanRQ):
             self._task_id = None
 
     def handle_exception(self, job, *exc_info):
-        # RQ logs a failed job with its traceback. An attempt's failure reaches RQ as AttemptFailed,
-        # raised by the runner once the failure is recorded and logged (with the task's own
-        # traceback once it has failed for good): RQ's line then says so without the raise's frames.
-        if isinstance(exc_info[1], runner.AttemptFailed):
-            exc_info = (exc_info[0], exc_info[1], None)
-        return super().handle_exception(job, *exc_info)
+        """RQ logs a failed job with its traceback, then calls its exception handlers (and what
+        wraps this method: Sentry's RQ integration) with it. An attempt's failure reaches RQ as
+        AttemptFailed, raised by the runner once the failure is recorded and logged (with the
+        task's own traceback once it has failed for good). What RQ is given instead, with no
+        traceback (its frames would be ghostless's, or logged already):
+
+        - an attempt the engine will retry: the AttemptFailed, with ``job.retries_left`` set to the
+          attempts the task may still make for as long as the handlers run, as RQ marks a job its
+          ``Retry`` will run again (Sentry's integration reports no such failure). Put back after:
+          RQ's own retry, which reads it next, must not run;
+        - the attempt after which the task failed for good: the exception its function raised
+          (its ``__traceback__`` holds where), else the AttemptFailed."""
+        failed = exc_info[1]
+        if not isinstance(failed, runner.AttemptFailed):
+            return super().handle_exception(job, *exc_info)
+        if failed.final:
+            error = failed.error if failed.error is not None else failed
+            return super().handle_exception(job, type(error), error, None)
+        retries_left = job.retries_left
+        job.retries_left = failed.attempts_left
+        try:
+            return super().handle_exception(job, exc_info[0], failed, None)
+        finally:
+            job.retries_left = retries_left
 
     def _outlive_horse(self) -> None:
         """Never leave a work-horse without its parent: wait for it (its heartbeat thread ends

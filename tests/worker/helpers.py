@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ghostless import Engine, State
+from ghostless import Backoff, Engine, PermanentError, State
 from ghostless.core.streams import read_stream
 from tests.apps import basic
 from tests.support.procs import Proc
@@ -100,3 +100,25 @@ def raw_result(engine: Engine, task_id: str):
     """The result as stored in the task's body (None when there is none)."""
     raw = task_snapshot(engine, task_id)["result"]
     return None if raw is None else json.loads(raw)
+
+
+def status_engine(redis_server):
+    """An engine in namespace ``st`` on a flushed ``redis_server``, queue ``status``: ``fine``
+    succeeds, ``flaky`` raises KeyError (2 attempts, 600 s apart), ``hopeless`` a PermanentError."""
+    client = redis_server.client()
+    client.flushall()
+    engine = Engine(client, namespace="st")
+
+    @engine.task(queue="status", lease=30)
+    def fine(ctx):
+        return {"ok": True}
+
+    @engine.task(queue="status", lease=30, max_attempts=2, backoff=Backoff.fixed([600]))
+    def flaky(ctx):
+        raise KeyError("missing input")
+
+    @engine.task(queue="status", lease=30, max_attempts=3)
+    def hopeless(ctx):
+        raise PermanentError("no such model", kind="bad_model")
+
+    return engine

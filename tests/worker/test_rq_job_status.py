@@ -6,28 +6,9 @@ import pytest
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from ghostless import Backoff, Engine, PermanentError, State
+from ghostless import State
 from ghostless.execution.worker import build_worker
-
-
-def status_engine(redis_server):
-    client = redis_server.client()
-    client.flushall()
-    engine = Engine(client, namespace="st")
-
-    @engine.task(queue="status", lease=30)
-    def fine(ctx):
-        return {"ok": True}
-
-    @engine.task(queue="status", lease=30, max_attempts=2, backoff=Backoff.fixed([600]))
-    def flaky(ctx):
-        raise KeyError("missing input")
-
-    @engine.task(queue="status", lease=30, max_attempts=3)
-    def hopeless(ctx):
-        raise PermanentError("no such model", kind="bad_model")
-
-    return engine
+from tests.worker.helpers import status_engine
 
 
 def job_of(engine, registry, task_id: str) -> Job:
