@@ -54,7 +54,7 @@ class AttemptFailed(Exception):
 
     What the worker tells RQ's exception handlers of it (engine/execution/worker.py): ``final``,
     the task failed for good; else ``attempts_left``, the attempts it may still make; ``error``,
-    the exception the task's function raised, when it raised one."""
+    once final, the exception the task's function raised, when it raised one."""
 
     def __init__(self, message: str, final: bool = False, attempts_left: int = 0, error: BaseException | None = None):
         super().__init__(message)
@@ -210,7 +210,8 @@ def _failed(
     state = _finish(hb, engine.fail, lease, kind, reason, retryable)
     if state is None:
         return None
-    if error is not None and state == State.FAILED:
+    final, why = state == State.FAILED, f"{kind}: {reason}" if reason else kind
+    if final and error is not None:
         log.error(
             "task %s failed for good at attempt %d: %r",
             lease.task_id,
@@ -219,12 +220,15 @@ def _failed(
             exc_info=error,
             extra=_fields(lease),
         )
-    final, why = state == State.FAILED, f"{kind}: {reason}" if reason else kind
+    elif final:  # RQ's line gives the exception the function raised, not the task (worker.py)
+        log.warning(
+            "task %s failed for good at attempt %d: %s", lease.task_id, lease.attempt, why, extra=_fields(lease)
+        )
     return AttemptFailed(
         f"task {lease.task_id} attempt {lease.attempt} failed: {why}",
         final=final,
         attempts_left=0 if final else max(lease.max_attempts - lease.attempt, 1),
-        error=error if error is not None else raised,
+        error=(error if error is not None else raised) if final else None,  # only RQ's last handlers read it
     )
 
 

@@ -89,13 +89,18 @@ class _EngineHooks(ClusterConnection, RidesOutRedis, LeanRQ):
           ``Retry`` will run again (Sentry's integration reports no such failure). Put back after:
           RQ's own retry, which reads it next, must not run;
         - the attempt after which the task failed for good: the exception its function raised
-          (its ``__traceback__`` holds where), else the AttemptFailed."""
+          (its ``__traceback__`` holds where), unless it chains another (RQ would print that one's
+          frames: logged already), else the AttemptFailed. The failure lets go of it afterwards:
+          RQ 2.8 keeps the failure's traceback, and so the task's frames, until a collection."""
         failed = exc_info[1]
         if not isinstance(failed, runner.AttemptFailed):
             return super().handle_exception(job, *exc_info)
         if failed.final:
-            error = failed.error if failed.error is not None else failed
-            return super().handle_exception(job, type(error), error, None)
+            error = failed.error if _unchained(failed.error) else failed
+            try:
+                return super().handle_exception(job, type(error), error, None)
+            finally:
+                failed.error = None
         retries_left = job.retries_left
         job.retries_left = failed.attempts_left
         try:
@@ -276,6 +281,11 @@ def worker_queues(engine, queues: list[str] | None, worker_class: str) -> list[s
     if not names:
         raise ValueError("no queues: register task types in the app or name queues on the command line")
     return names
+
+
+def _unchained(error: BaseException | None) -> bool:
+    """Whether ``error`` is an exception that names no other (no cause, no context shown)."""
+    return error is not None and error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)
 
 
 def build_worker(

@@ -13,7 +13,7 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from ghostless import Backoff, State
+from ghostless import Backoff, PermanentError, State
 from ghostless.execution.worker import build_worker
 from tests.support.wait import wait_for_server_time
 from tests.worker.helpers import status_engine
@@ -22,12 +22,20 @@ SEEN = "handlers:seen"
 
 
 def handlers_engine(redis_server):
-    """status_engine's, and ``unlucky``: KeyError, 3 attempts, each retried at once."""
+    """status_engine's, ``unlucky`` (KeyError, 3 attempts, each retried at once) and ``chained`` (a
+    PermanentError raised while handling a KeyError)."""
     engine = status_engine(redis_server)
 
     @engine.task(queue="status", lease=30, max_attempts=3, backoff=Backoff.fixed([0]))
     def unlucky(ctx):
         raise KeyError("missing input")
+
+    @engine.task(queue="status", lease=30)
+    def chained(ctx):
+        try:
+            return {}["model"]
+        except KeyError:
+            raise PermanentError("no such model", kind="bad_model")  # noqa: B904 - the chain is the case
 
     return engine
 
@@ -55,7 +63,7 @@ def seeing(engine):
 def run_until_ended(engine, worker_class: str, task_id: str, attempts: int) -> None:
     for _ in range(attempts):
         build_worker(engine, worker_class=worker_class, exception_handlers=[seeing(engine)]).work(
-            burst=True, logging_level="CRITICAL"
+            burst=True, logging_level="WARNING"
         )
         task = engine.get(task_id)
         if task.status != State.RETRY_WAITING:
@@ -89,7 +97,7 @@ def test_handlers_see_retried_attempts_as_retries_and_the_last_as_the_tasks_own_
     assert [job.retries_left for job in jobs] == [None, None, None]
 
 
-def test_handlers_see_a_permanent_error_as_the_task_raised_it(redis_server):
+def test_handlers_see_a_permanent_error_as_the_task_raised_it(redis_server, caplog):
     engine = handlers_engine(redis_server)
     task = engine.submit("hopeless", {}, owner="alice")
 
@@ -103,3 +111,20 @@ def test_handlers_see_a_permanent_error_as_the_task_raised_it(redis_server):
         ["hopeless"],
         None,
     )
+    # RQ's line names the exception, not the task: the runner's line does
+    assert f"task {task.id} failed for good at attempt 1: bad_model: no such model" in caplog.messages
+    rq_line = next(m for m in caplog.messages if "exception raised while executing" in m)
+    assert rq_line.endswith("PermanentError: no such model\n") and "Traceback" not in rq_line
+
+
+def test_an_exception_that_chains_another_reaches_the_handlers_as_the_attempts_failure(redis_server, caplog):
+    # RQ would print the KeyError's frames in its line: the handlers get what they got before
+    engine = handlers_engine(redis_server)
+    task = engine.submit("chained", {}, owner="alice")
+
+    run_until_ended(engine, "simple", task.id, 1)
+
+    [seen] = [json.loads(s) for s in engine.redis.lrange(SEEN, 0, -1)]
+    assert (seen["type"], seen["retries_left"]) == ("AttemptFailed", None)
+    assert seen["value"] == f"task {task.id} attempt 1 failed: bad_model: no such model"
+    assert not any("Traceback" in m for m in caplog.messages if "exception raised while executing" in m)
