@@ -146,7 +146,16 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
             report.timed_out += r[1] == State.TIMEOUT.value
             reason = r[2].split(":")[0]
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
-            log.info("task %s: lease reclaimed (%s); now %s", tid, r[2], r[1], extra=for_task(tid, queue=queue))
+            if r[1] in (State.TIMEOUT.value, State.FAILED.value):  # as the runner says of a task failed for good
+                log.error(
+                    "task %s failed for good: lease reclaimed (%s); now %s",
+                    tid,
+                    r[2],
+                    r[1],
+                    extra=for_task(tid, queue=queue),
+                )
+            else:
+                log.info("task %s: lease reclaimed (%s); now %s", tid, r[2], r[1], extra=for_task(tid, queue=queue))
             if r[1] == State.PENDING.value:
                 promoted.append(tid)
     # Before promotions: a parked task past its expiry ends rather than returns.

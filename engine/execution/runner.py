@@ -95,7 +95,10 @@ def run_task(task_id: str) -> None:
     except UpstreamBusy as e:  # its breaker is open, or its rate limit has no start left now
         try:
             state = engine.park(e.task_id, e.wait, e.upstream, e.kind)
-            log.info("task %s: %s; parked (%s)", e.task_id, e, state, extra=for_task(e.task_id))
+            if state == State.FAILED:  # its breaker's policy is to fail fast
+                log.error("task %s failed for good: %s", e.task_id, e, extra=for_task(e.task_id))
+            else:
+                log.info("task %s: %s; parked (%s)", e.task_id, e, state, extra=for_task(e.task_id))
         except (IllegalTransition, TaskNotFound) as refused:
             log.info("task %s changed while parking: %s", e.task_id, refused, extra=for_task(e.task_id))
         return
@@ -204,25 +207,23 @@ def _failed(
     finished, as for any attempt that lost its lease). ``error``: the task's own exception, logged
     in one line before the report, and again with its traceback (as RQ logs a job's) when the task
     has failed for good, so that a bug in a task shows where it is. ``raised``: what the function
-    raised otherwise (a PermanentError, RQ's timeout), for RQ's exception handlers, unlogged."""
+    raised otherwise (a PermanentError, RQ's timeout): its traceback too once the task has failed
+    for good. A task failed for good gets one ERROR line, whichever way it failed."""
     if error is not None:
         log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, error, extra=_fields(lease))
     state = _finish(hb, engine.fail, lease, kind, reason, retryable)
     if state is None:
         return None
     final, why = state == State.FAILED, f"{kind}: {reason}" if reason else kind
-    if final and error is not None:
+    if final:  # one ERROR line for a task failed for good, with where its function raised
+        shown = error if error is not None else raised
         log.error(
-            "task %s failed for good at attempt %d: %r",
+            "task %s failed for good at attempt %d: %s",
             lease.task_id,
             lease.attempt,
-            error,
-            exc_info=error,
+            repr(error) if error is not None else why,
+            exc_info=shown,
             extra=_fields(lease),
-        )
-    elif final:  # RQ's line gives the exception the function raised, not the task (worker.py)
-        log.warning(
-            "task %s failed for good at attempt %d: %s", lease.task_id, lease.attempt, why, extra=_fields(lease)
         )
     return AttemptFailed(
         f"task {lease.task_id} attempt {lease.attempt} failed: {why}",

@@ -31,6 +31,7 @@ from ghostless.core.errors import REDIS_FAULTS, GhostlessError
 from ghostless.core.ids import new_claim_id, new_worker_name
 from ghostless.core.keys import rq_dispatch_id, rq_queue_prefix, rq_wake_channel
 from ghostless.core.logs import for_task
+from ghostless.core.states import State
 from ghostless.core.text import text_or_none
 from ghostless.execution import (
     runner,  # imported here, not in every work-horse (~4 ms a job)
@@ -144,8 +145,15 @@ class _EngineHooks(ClusterConnection, RidesOutRedis, LeanRQ):
                 return
             if release:
                 self.engine.release(lease, why)
-            else:
-                self.engine.fail(lease, "worker_lost", why, retryable=True, retry_in=0)
+            elif self.engine.fail(lease, "worker_lost", why, retryable=True, retry_in=0) == State.FAILED:
+                log.error(  # its last attempt: as the runner says of a task failed for good
+                    "task %s failed for good at attempt %d: worker_lost: %s",
+                    lease.task_id,
+                    lease.attempt,
+                    why,
+                    extra=for_task(lease.task_id, lease.attempt),
+                )
+                return
             log.warning(
                 "task %s: %s (%s)",
                 lease.task_id,

@@ -13,7 +13,7 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from ghostless import Backoff, PermanentError, State
+from ghostless import Backoff, Breaker, PermanentError, State
 from ghostless.execution.worker import build_worker
 from tests.support.wait import wait_for_server_time
 from tests.worker.helpers import status_engine
@@ -111,8 +111,13 @@ def test_handlers_see_a_permanent_error_as_the_task_raised_it(redis_server, capl
         ["hopeless"],
         None,
     )
-    # RQ's line names the exception, not the task: the runner's line does
-    assert f"task {task.id} failed for good at attempt 1: bad_model: no such model" in caplog.messages
+    # RQ's line names the exception, not the task: the runner's ERROR line does, with where it was raised
+    [line] = [r for r in caplog.records if r.getMessage().startswith(f"task {task.id} failed for good")]
+    assert (line.levelname, line.getMessage()) == (
+        "ERROR",
+        f"task {task.id} failed for good at attempt 1: bad_model: no such model",
+    )
+    assert line.exc_info[0].__name__ == "PermanentError"
     rq_line = next(m for m in caplog.messages if "exception raised while executing" in m)
     assert rq_line.endswith("PermanentError: no such model\n") and "Traceback" not in rq_line
 
@@ -128,3 +133,19 @@ def test_an_exception_that_chains_another_reaches_the_handlers_as_the_attempts_f
     assert (seen["type"], seen["retries_left"]) == ("AttemptFailed", None)
     assert seen["value"] == f"task {task.id} attempt 1 failed: bad_model: no such model"
     assert not any("Traceback" in m for m in caplog.messages if "exception raised while executing" in m)
+
+
+def test_a_task_failed_at_once_by_an_open_breaker_is_an_error_line(redis_server, caplog):
+    engine = handlers_engine(redis_server)
+    fast = Breaker(threshold=0.5, min_calls=2, window=60, cooldown=60, policy="fail")
+    engine.task(name="painted", queue="status", lease=30, breaker=fast, upstream="model")(lambda ctx: None)
+    for _ in range(2):  # trips it: 2 of 2 calls failed
+        lease = engine.claim(engine.submit("painted", {}, owner="alice").id, "w1")
+        engine.fail(lease, "UpstreamTimeout", "model API timed out")
+    task = engine.submit("painted", {}, owner="alice")
+
+    run_until_ended(engine, "simple", task.id, 1)
+
+    assert (engine.get(task.id).status, engine.get(task.id).error_kind) == (State.FAILED, "upstream_open")
+    [line] = [r for r in caplog.records if r.getMessage().startswith(f"task {task.id} failed for good: ")]
+    assert line.levelname == "ERROR"

@@ -43,6 +43,23 @@ def test_sigkill_of_the_work_horse_is_reported_at_once_and_the_task_runs_again(e
     assert engine.check() == []
 
 
+def test_a_task_whose_last_work_horse_is_killed_fails_for_good_in_an_error_line(engine, procs):
+    # The ghost task itself, OOM-killed on every attempt: an operator alerting on ERROR lines sees it.
+    worker = procs.worker("fork")
+    task = engine.submit("sleepy", {"seconds": 30.0}, owner=OWNER)  # 2 attempts
+    for attempt in (1, 2):
+        wait_logged(engine, task.id, "start", count=attempt)
+        os.kill(horse_of(worker), signal.SIGKILL)
+        wait_until(lambda: engine.get(task.id).attempt > attempt or engine.get(task.id).status == State.FAILED, 10)
+
+    done = wait_terminal(engine, task.id)
+
+    assert (done.status, done.attempt, done.error_kind) == (State.FAILED, 2, "worker_lost")
+    line = f"ghostless.worker ERROR task {task.id} failed for good at attempt 2: worker_lost: work-horse"
+    wait_until(lambda: line in worker.output(), 10, what="the worker's line for the task failed for good")
+    assert f"ghostless.worker WARNING task {task.id}: reported lost" in worker.output()  # attempt 1: retried
+
+
 def test_sigkill_of_the_whole_worker_is_reclaimed_after_its_lease_by_another_worker(engine, procs):
     procs.sweeper()
     first = procs.worker("fork")

@@ -31,7 +31,7 @@ def _retry_delays(engine, task_id: str, count: int) -> list[float]:
 
 def test_a_stage_that_overstays_its_deadline_times_out_and_retries_per_backoff(engine, procs):
     worker = procs.worker("fork")
-    procs.sweeper()
+    sweeper = procs.sweeper()
     task = engine.submit("stuck", {}, owner=OWNER)  # stage `generating`: 0.6 s; backoff [0.3]; 2 attempts
 
     done = wait_terminal(engine, task.id)
@@ -52,6 +52,11 @@ def test_a_stage_that_overstays_its_deadline_times_out_and_retries_per_backoff(e
     for entered, expired in zip(stage_at, expires):
         assert 0.6 <= expired.at - entered < 0.6 + 1.0  # acted on soon after the deadline, not before
     assert transitions(engine, task.id)[-1] == "expire:PROCESSING->TIMEOUT:stage_timeout:generating"
+    # the sweeper that recorded it says so in an ERROR line; the retried expiry is INFO
+    out = sweeper.output()
+    reclaimed = "lease reclaimed (stage_timeout:generating)"
+    assert f"ghostless.sweeper ERROR task {task.id} failed for good: {reclaimed}; now TIMEOUT" in out
+    assert f"ghostless.sweeper INFO task {task.id}: {reclaimed}; now RETRY_WAITING" in out
     promote = next(e for e in history if e.verb == "promote")
     assert 0.3 <= promote.at - expires[0].at < 0.3 + 1.0  # the backoff's delay, then promoted soon after
     # each attempt's function learnt of the lost lease at its next heartbeat and stopped
