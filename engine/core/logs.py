@@ -18,6 +18,23 @@ TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 
 
+def encodable(text: str) -> str:
+    """``text`` with what UTF-8 cannot carry escaped (a file name decoded with surrogateescape,
+    say): a log line or a stored reason that holds it raw fails where it is written."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class EncodableTracebacks(logging.Filter):
+    """On a logger whose records carry a task's exception: its traceback formatted once, escaped as
+    ``encodable`` (the message of the exception's last line is the task's own text). Formatters
+    reuse it (``exc_text``); the exception itself stays on the record for those that read it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = encodable(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
 def for_task(task_id: str | None, attempt: int | None = None, **more) -> dict:
     """``extra=`` of a log call about a task (and attempt): fields of its JSON line."""
     fields = {"task_id": task_id, **more}
@@ -38,7 +55,7 @@ class JsonFormatter(logging.Formatter):
         }
         line.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = record.exc_text or self.formatException(record.exc_info)
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
         return json.dumps(line, default=str, ensure_ascii=False)

@@ -146,7 +146,7 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
             report.timed_out += r[1] == State.TIMEOUT.value
             reason = r[2].split(":")[0]
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
-            if r[1] in (State.TIMEOUT.value, State.FAILED.value):  # as the runner says of a task failed for good
+            if r[1] == State.TIMEOUT.value:  # its last attempt: as the runner says of a task failed for good
                 log.error(
                     "task %s failed for good: lease reclaimed (%s); now %s",
                     tid,

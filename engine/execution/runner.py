@@ -31,7 +31,7 @@ from ghostless.core.errors import (
     WrongDispatch,
 )
 from ghostless.core.keys import rq_dispatch_id
-from ghostless.core.logs import for_task
+from ghostless.core.logs import EncodableTracebacks, encodable, for_task
 from ghostless.core.states import State
 from ghostless.execution import runtime
 
@@ -40,6 +40,7 @@ from .heartbeat import Heartbeat
 from .rq_dispatch import attempt_room
 
 log = logging.getLogger("ghostless.runner")
+log.addFilter(EncodableTracebacks())  # a task's exception may carry text UTF-8 cannot
 MAX_REASON = 500
 
 
@@ -96,7 +97,8 @@ def run_task(task_id: str) -> None:
         try:
             state = engine.park(e.task_id, e.wait, e.upstream, e.kind)
             if state == State.FAILED:  # its breaker's policy is to fail fast
-                log.error("task %s failed for good: %s", e.task_id, e, extra=for_task(e.task_id))
+                why = f"{e.kind or 'upstream_open'}: {e.upstream} (its breaker fails fast)"
+                log.error("task %s failed for good: %s", e.task_id, why, extra=for_task(e.task_id))
             else:
                 log.info("task %s: %s; parked (%s)", e.task_id, e, state, extra=for_task(e.task_id))
         except (IllegalTransition, TaskNotFound) as refused:
@@ -207,22 +209,23 @@ def _failed(
     finished, as for any attempt that lost its lease). ``error``: the task's own exception, logged
     in one line before the report, and again with its traceback (as RQ logs a job's) when the task
     has failed for good, so that a bug in a task shows where it is. ``raised``: what the function
-    raised otherwise (a PermanentError, RQ's timeout): its traceback too once the task has failed
-    for good. A task failed for good gets one ERROR line, whichever way it failed."""
+    raised otherwise (a PermanentError, RQ's timeout): given to RQ's handlers, its traceback not
+    logged (a PermanentError is how a task refuses bad input: any user can raise one). A task
+    failed for good gets one ERROR line, whichever way it failed."""
     if error is not None:
-        log.warning("task %s attempt %d failed: %r", lease.task_id, lease.attempt, error, extra=_fields(lease))
+        shown = _capped(repr(error))
+        log.warning("task %s attempt %d failed: %s", lease.task_id, lease.attempt, shown, extra=_fields(lease))
     state = _finish(hb, engine.fail, lease, kind, reason, retryable)
     if state is None:
         return None
     final, why = state == State.FAILED, f"{kind}: {reason}" if reason else kind
     if final:  # one ERROR line for a task failed for good, with where its function raised
-        shown = error if error is not None else raised
         log.error(
             "task %s failed for good at attempt %d: %s",
             lease.task_id,
             lease.attempt,
-            repr(error) if error is not None else why,
-            exc_info=shown,
+            shown if error is not None else why,
+            exc_info=error,
             extra=_fields(lease),
         )
     return AttemptFailed(
@@ -236,7 +239,11 @@ def _failed(
 def _reason(e: BaseException) -> str:
     """An exception's message as a reason to record: capped, and valid Unicode (a file name decoded
     with surrogateescape, say, could not be sent to Redis, and the outcome would be lost)."""
-    return str(e)[:MAX_REASON].encode("utf-8", "backslashreplace").decode("utf-8")
+    return _capped(str(e))
+
+
+def _capped(text: str) -> str:
+    return encodable(text[:MAX_REASON])
 
 
 def _finish(hb: Heartbeat, report, lease, *args):

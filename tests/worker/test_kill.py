@@ -56,8 +56,9 @@ def test_a_task_whose_last_work_horse_is_killed_fails_for_good_in_an_error_line(
 
     assert (done.status, done.attempt, done.error_kind) == (State.FAILED, 2, "worker_lost")
     line = f"ghostless.worker ERROR task {task.id} failed for good at attempt 2: worker_lost: work-horse"
-    wait_until(lambda: line in worker.output(), 10, what="the worker's line for the task failed for good")
-    assert f"ghostless.worker WARNING task {task.id}: reported lost" in worker.output()  # attempt 1: retried
+    out = wait_until(lambda: line in (o := worker.output()) and o, 10, what="the worker's line for the task")
+    assert out.count(f"task {task.id} failed for good") == 1
+    assert f"ghostless.worker WARNING task {task.id}: reported lost" in out  # attempt 1: retried
 
 
 def test_sigkill_of_the_whole_worker_is_reclaimed_after_its_lease_by_another_worker(engine, procs):

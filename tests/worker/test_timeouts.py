@@ -52,10 +52,12 @@ def test_a_stage_that_overstays_its_deadline_times_out_and_retries_per_backoff(e
     for entered, expired in zip(stage_at, expires):
         assert 0.6 <= expired.at - entered < 0.6 + 1.0  # acted on soon after the deadline, not before
     assert transitions(engine, task.id)[-1] == "expire:PROCESSING->TIMEOUT:stage_timeout:generating"
-    # the sweeper that recorded it says so in an ERROR line; the retried expiry is INFO
-    out = sweeper.output()
+    # the sweeper that recorded it says so in one ERROR line (written after its reply: waited
+    # for); the retried expiry is INFO
     reclaimed = "lease reclaimed (stage_timeout:generating)"
-    assert f"ghostless.sweeper ERROR task {task.id} failed for good: {reclaimed}; now TIMEOUT" in out
+    line = f"ghostless.sweeper ERROR task {task.id} failed for good: {reclaimed}; now TIMEOUT"
+    out = wait_until(lambda: line in (o := sweeper.output()) and o, 10, what="the sweeper's line")
+    assert out.count(f"task {task.id} failed for good") == 1
     assert f"ghostless.sweeper INFO task {task.id}: {reclaimed}; now RETRY_WAITING" in out
     promote = next(e for e in history if e.verb == "promote")
     assert 0.3 <= promote.at - expires[0].at < 0.3 + 1.0  # the backoff's delay, then promoted soon after
