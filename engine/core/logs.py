@@ -43,6 +43,16 @@ def for_task(task_id: str | None, attempt: int | None = None, **more) -> dict:
     return fields
 
 
+def failed_for_good(logger: logging.Logger, task_id: str, why: str, attempt: int | None = None, exc_info=None, **more):
+    """The one ERROR line of a task failed for good, whichever process recorded it (the runner, a
+    fork worker's parent, the sweeper): ``task <id> failed for good[ at attempt <n>]: <why>``, the
+    text an alert matches (docs/operations.md)."""
+    at = "" if attempt is None else f" at attempt {attempt}"
+    logger.error(
+        "task %s failed for good%s: %s", task_id, at, why, exc_info=exc_info, extra=for_task(task_id, attempt, **more)
+    )
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time, level, logger, message, the call's extra fields, exception."""
 

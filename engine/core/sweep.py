@@ -17,7 +17,7 @@ from ghostless.core import dependencies as deps, notify, sweepers
 from .clock import retry_delay
 from .errors import Code, GhostlessError, UnknownTaskType
 from .index import route_command, route_of
-from .logs import for_task
+from .logs import failed_for_good, for_task
 from .replies import RESOLVE_MARK
 from .states import State
 from .steps import Commands
@@ -146,16 +146,11 @@ def _sweep_queue(engine, queue: str, batch: int, report: SweepReport) -> bool:
             report.timed_out += r[1] == State.TIMEOUT.value
             reason = r[2].split(":")[0]
             report.reasons[reason] = report.reasons.get(reason, 0) + 1
-            if r[1] == State.TIMEOUT.value:  # its last attempt: as the runner says of a task failed for good
-                log.error(
-                    "task %s failed for good: lease reclaimed (%s); now %s",
-                    tid,
-                    r[2],
-                    r[1],
-                    extra=for_task(tid, queue=queue),
-                )
+            reclaimed = f"lease reclaimed ({r[2]}); now {r[1]}"
+            if r[1] == State.TIMEOUT.value:  # its last attempt
+                failed_for_good(log, tid, reclaimed, queue=queue)
             else:
-                log.info("task %s: lease reclaimed (%s); now %s", tid, r[2], r[1], extra=for_task(tid, queue=queue))
+                log.info("task %s: %s", tid, reclaimed, extra=for_task(tid, queue=queue))
             if r[1] == State.PENDING.value:
                 promoted.append(tid)
     # Before promotions: a parked task past its expiry ends rather than returns.

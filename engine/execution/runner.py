@@ -31,7 +31,7 @@ from ghostless.core.errors import (
     WrongDispatch,
 )
 from ghostless.core.keys import rq_dispatch_id
-from ghostless.core.logs import EncodableTracebacks, encodable, for_task
+from ghostless.core.logs import EncodableTracebacks, encodable, failed_for_good, for_task
 from ghostless.core.states import State
 from ghostless.execution import runtime
 
@@ -97,8 +97,7 @@ def run_task(task_id: str) -> None:
         try:
             state = engine.park(e.task_id, e.wait, e.upstream, e.kind)
             if state == State.FAILED:  # its breaker's policy is to fail fast
-                why = f"{e.kind or 'upstream_open'}: {e.upstream} (its breaker fails fast)"
-                log.error("task %s failed for good: %s", e.task_id, why, extra=for_task(e.task_id))
+                failed_for_good(log, e.task_id, f"{e.kind}: {e.upstream} (its breaker fails fast)")
             else:
                 log.info("task %s: %s; parked (%s)", e.task_id, e, state, extra=for_task(e.task_id))
         except (IllegalTransition, TaskNotFound) as refused:
@@ -219,15 +218,8 @@ def _failed(
     if state is None:
         return None
     final, why = state == State.FAILED, f"{kind}: {reason}" if reason else kind
-    if final:  # one ERROR line for a task failed for good, with where its function raised
-        log.error(
-            "task %s failed for good at attempt %d: %s",
-            lease.task_id,
-            lease.attempt,
-            shown if error is not None else why,
-            exc_info=error,
-            extra=_fields(lease),
-        )
+    if final:  # with where its function raised
+        failed_for_good(log, lease.task_id, shown if error is not None else why, lease.attempt, exc_info=error)
     return AttemptFailed(
         f"task {lease.task_id} attempt {lease.attempt} failed: {why}",
         final=final,

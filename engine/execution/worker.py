@@ -30,7 +30,7 @@ from ghostless.core.clients import client_like, no_resends
 from ghostless.core.errors import REDIS_FAULTS, GhostlessError
 from ghostless.core.ids import new_claim_id, new_worker_name
 from ghostless.core.keys import rq_dispatch_id, rq_queue_prefix, rq_wake_channel
-from ghostless.core.logs import for_task
+from ghostless.core.logs import failed_for_good, for_task
 from ghostless.core.states import State
 from ghostless.core.text import text_or_none
 from ghostless.execution import (
@@ -146,13 +146,7 @@ class _EngineHooks(ClusterConnection, RidesOutRedis, LeanRQ):
             if release:
                 self.engine.release(lease, why)
             elif self.engine.fail(lease, "worker_lost", why, retryable=True, retry_in=0) == State.FAILED:
-                log.error(  # its last attempt: as the runner says of a task failed for good
-                    "task %s failed for good at attempt %d: worker_lost: %s",
-                    lease.task_id,
-                    lease.attempt,
-                    why,
-                    extra=for_task(lease.task_id, lease.attempt),
-                )
+                failed_for_good(log, lease.task_id, f"worker_lost: {why}", lease.attempt)  # its last attempt
                 return
             log.warning(
                 "task %s: %s (%s)",
